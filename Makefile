@@ -1,0 +1,39 @@
+# llm-autoscaler: set-up and everyday commands. `make demo` and `make test` work on a fresh machine.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint typecheck unit bench system-deps clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip >/dev/null
+	$(BIN)/pip install -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# System services the integration tests use for real (Prometheus server, headless Chromium).
+system-deps:
+	bash scripts/system-deps.sh
+
+demo: install
+	$(BIN)/llm-autoscaler demo
+
+lint: install
+	$(BIN)/ruff check autoscaler tests benchmarks
+	$(BIN)/ruff format --check autoscaler tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: install
+	$(BIN)/pytest -q
+
+test: install system-deps lint unit
+
+bench: install
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

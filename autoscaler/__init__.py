@@ -1,0 +1,3 @@
+"""llm-autoscaler: an autoscaler controller for LLM inference servers on Kubernetes."""
+
+__version__ = "0.1.0"

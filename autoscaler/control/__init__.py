@@ -1,0 +1,1 @@
+"""The imperative shell: clock, guarded tasks, the control loop and its published state."""

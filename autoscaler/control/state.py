@@ -1,0 +1,73 @@
+"""What the control loop publishes and the servers read: per target, the latest decision,
+a bounded decision history (newest first), recent observations, and activation changes.
+
+Readers (REST API, KEDA gRPC, dashboard) never call into the loop: they read this.
+`wait_for_change` lets the KEDA ``StreamIsActive`` push a change within one tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+from autoscaler.domain import Decision, Observation, TargetRef
+from autoscaler.store.base import TargetSpec
+
+HISTORY_LEN = 500
+OBSERVATIONS_LEN = 600
+
+
+@dataclass
+class TargetStatus:
+    spec: TargetSpec
+    version: str = ""
+    last_decision: Decision | None = None
+    history: deque[Decision] = field(default_factory=lambda: deque(maxlen=HISTORY_LEN))
+    observations: deque[Observation] = field(
+        default_factory=lambda: deque(maxlen=OBSERVATIONS_LEN)
+    )
+    applied_replicas: int | None = None
+    warm_pool_replicas: int | None = None
+    condition: str | None = None  # e.g. "OwnedByHPA: ..." when we refuse to act
+
+    @property
+    def active(self) -> bool:
+        return self.last_decision is not None and self.last_decision.active
+
+    def recent_decisions(self, limit: int = 50) -> list[Decision]:
+        """Newest first."""
+        return list(self.history)[-limit:][::-1]
+
+
+class ControllerState:
+    """Shared, single-event-loop state. Mutated only by the control loop."""
+
+    def __init__(self) -> None:
+        self.targets: dict[TargetRef, TargetStatus] = {}
+        self.is_leader: bool = False
+        self.ready: bool = False
+        self.ticks: int = 0
+        self._changed = asyncio.Condition()
+
+    def status(self, ref: TargetRef) -> TargetStatus | None:
+        return self.targets.get(ref)
+
+    async def publish(self, ref: TargetRef, obs: Observation, decision: Decision) -> None:
+        st = self.targets.get(ref)
+        if st is None:
+            return
+        st.observations.append(obs)
+        st.history.append(decision)
+        st.last_decision = decision
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_for_change(self, timeout_s: float | None = None) -> bool:
+        """Wait until the next publish; False on timeout."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout_s)
+            except TimeoutError:
+                return False
+        return True

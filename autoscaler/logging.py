@@ -1,0 +1,46 @@
+"""Structured logs through structlog: JSON by default, console renderer on a TTY."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Literal
+
+import structlog
+
+LogFormat = Literal["auto", "json", "console"]
+
+
+def configure_logging(fmt: str | None = None, level: str | None = None) -> None:
+    """Configure structlog and the stdlib root logger once, to stderr."""
+    from autoscaler.settings import Settings
+
+    settings = Settings()
+    chosen = fmt or settings.log_format
+    lvl = (level or settings.log_level).upper()
+    if chosen == "auto":
+        chosen = "console" if sys.stderr.isatty() else "json"
+    renderer: structlog.typing.Processor = (
+        structlog.dev.ConsoleRenderer(colors=False)
+        if chosen == "console"
+        else structlog.processors.JSONRenderer()
+    )
+    logging.basicConfig(stream=sys.stderr, level=lvl, format="%(message)s", force=True)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(lvl)),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(name)
+    return logger

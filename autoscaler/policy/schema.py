@@ -1,0 +1,210 @@
+"""The policy schema, shared by the decision core, the REST API, the CRD and the CLI.
+
+Names and shapes follow KEDA's ScaledObject and the HPA ``behavior`` block (camelCase in
+JSON/YAML) so users can paste what they already have. Validation happens here, once:
+`load_policy` rejects an invalid policy whole, and every problem names field, value, rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from autoscaler.domain import FRACTION_SIGNALS, SignalName
+from autoscaler.errors import ConfigError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid"
+    )
+
+    def dump(self) -> dict[str, Any]:
+        """camelCase, JSON-ready, without unset optional blocks."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class MetricSpec(_Model):
+    """One scaling metric. ``AverageValue``: desired = ceil(total / target).
+    ``Value``: desired = ceil(readyReplicas * value / target) (HPA external-metric rules)."""
+
+    signal: SignalName
+    type: Literal["AverageValue", "Value"] = "AverageValue"
+    target: float = Field(gt=0)
+    activation_target: float = Field(default=0.0, ge=0)
+
+
+class ScalingPolicy(_Model):
+    type: Literal["Pods", "Percent"]
+    value: int = Field(gt=0)
+    period_seconds: int = Field(gt=0, le=1800)
+
+
+class ScalingRules(_Model):
+    """HPA ``behavior.scaleUp`` / ``scaleDown``; ``None`` fields take HPA's defaults."""
+
+    stabilization_window_seconds: int | None = Field(default=None, ge=0, le=3600)
+    select_policy: Literal["Max", "Min", "Disabled"] | None = None
+    tolerance: float | None = Field(default=None, ge=0, lt=1)
+    policies: tuple[ScalingPolicy, ...] | None = None
+
+
+class Behavior(_Model):
+    scale_up: ScalingRules | None = None
+    scale_down: ScalingRules | None = None
+
+
+class Fallback(_Model):
+    """KEDA ``fallback``: after ``failureThreshold`` failed reads, go to ``replicas``."""
+
+    failure_threshold: int = Field(ge=1)
+    replicas: int = Field(ge=0)
+
+
+class Panic(_Model):
+    """Knative KPA panic mode: when demand averaged over ``windowSeconds`` asks for at
+    least ``threshold`` x the ready replicas, scale up at once and do not scale down
+    until ``stableWindowSeconds`` pass without panic."""
+
+    window_seconds: float = Field(default=6.0, gt=0, le=600)
+    threshold: float = Field(default=2.0, gt=1, le=100)
+    stable_window_seconds: float = Field(default=60.0, gt=0, le=3600)
+
+
+class Prediction(_Model):
+    """Forecast hook: scale for the larger of demand now and demand at now + horizon.
+    ``horizonSeconds`` unset means the target's learned cold start (prior until learned)."""
+
+    enabled: bool = True
+    forecaster: Literal["ewma", "holt", "seasonal", "auto"] = "auto"
+    horizon_seconds: float | None = Field(default=None, gt=0, le=3600)
+    cold_start_prior_seconds: float = Field(default=90.0, gt=0, le=3600)
+    min_pods_to_learn: int = Field(default=3, ge=1)
+
+
+class Capacity(_Model):
+    """Cap desired replicas to what the GPU resource can place; report capacity-limited."""
+
+    enforce: bool = True
+    gpu_resource: str | None = None
+    provisionable_replicas: int = Field(default=0, ge=0)
+
+
+class WarmPool(_Model):
+    """Pause pods holding warm GPUs so a scale-up lands on a warm node."""
+
+    enabled: bool = False
+    min_replicas: int = Field(default=0, ge=0)
+    max_replicas: int = Field(default=4, ge=0)
+    lead_time_seconds: float = Field(default=300.0, ge=0, le=3600)
+    priority_class_name: str = "llm-warm-pool-low"
+    peak_priority_class_name: str = "llm-warm-pool-peak"
+
+    @model_validator(mode="after")
+    def _bounds(self) -> WarmPool:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas={self.min_replicas} must be <= maxReplicas={self.max_replicas}"
+            )
+        return self
+
+
+def _default_metrics() -> tuple[MetricSpec, ...]:
+    return (
+        MetricSpec(signal="waiting", type="AverageValue", target=4.0),
+        MetricSpec(signal="running", type="AverageValue", target=96.0),
+        MetricSpec(signal="kv_cache_usage", type="Value", target=0.8),
+    )
+
+
+class Policy(_Model):
+    """A target's scaling policy (KEDA ScaledObject fields plus HPA behavior, plus ours)."""
+
+    min_replica_count: int = Field(default=1, ge=0, le=10_000)
+    max_replica_count: int = Field(default=16, ge=1, le=10_000)
+    idle_replica_count: int | None = Field(default=None, ge=0)
+    cooldown_period: int = Field(default=300, ge=0, le=86_400)
+    polling_interval: float = Field(default=1.0, gt=0, le=3600)
+    fallback: Fallback | None = None
+    metrics: tuple[MetricSpec, ...] = Field(default_factory=_default_metrics, min_length=1)
+    behavior: Behavior = Field(default_factory=Behavior)
+    panic: Panic | None = None
+    prediction: Prediction | None = None
+    capacity: Capacity = Field(default_factory=Capacity)
+    warm_pool: WarmPool = Field(default_factory=WarmPool)
+    allow_fraction_average_value: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Policy:
+        problems: list[str] = []
+        if self.min_replica_count > self.max_replica_count:
+            problems.append(
+                f"minReplicaCount: value {self.min_replica_count} must be <= "
+                f"maxReplicaCount ({self.max_replica_count})"
+            )
+        if self.idle_replica_count is not None and not (
+            self.idle_replica_count < max(self.min_replica_count, 1)
+        ):
+            problems.append(
+                f"idleReplicaCount: value {self.idle_replica_count} must be < "
+                f"minReplicaCount ({self.min_replica_count}), as in KEDA"
+            )
+        if self.fallback is not None and self.fallback.replicas > self.max_replica_count:
+            problems.append(
+                f"fallback.replicas: value {self.fallback.replicas} must be <= "
+                f"maxReplicaCount ({self.max_replica_count})"
+            )
+        seen: set[tuple[str, str]] = set()
+        for i, m in enumerate(self.metrics):
+            key = (m.signal, m.type)
+            if key in seen:
+                problems.append(f"metrics[{i}]: signal {m.signal!r} with type {m.type} repeated")
+            seen.add(key)
+            if m.signal in FRACTION_SIGNALS:
+                if m.target > 1:
+                    problems.append(
+                        f"metrics[{i}].target: value {m.target} for fraction signal "
+                        f"{m.signal!r} must be <= 1"
+                    )
+                if m.type == "AverageValue" and not self.allow_fraction_average_value:
+                    problems.append(
+                        f"metrics[{i}].type: AverageValue on fraction signal {m.signal!r} "
+                        f"computes ceil(fraction / {m.target}) and can never ask for more "
+                        f"than {int(-(-1 // m.target))} replicas; use type Value (or set "
+                        "allowFractionAverageValue to reproduce KEDA's behaviour)"
+                    )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+def _format_errors(err: ValidationError) -> list[str]:
+    out: list[str] = []
+    for e in err.errors():
+        loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in e["loc"])
+        loc = loc.replace(".[", "[")
+        value = e.get("input")
+        shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+        msg = e["msg"].removeprefix("Value error, ")
+        out.append(f"{loc or 'policy'}: {msg} (value {shown})" if loc else msg)
+    return out
+
+
+def load_policy(data: Mapping[str, Any]) -> Policy:
+    """Validate a policy document (camelCase or snake_case keys) or raise `ConfigError`."""
+    try:
+        return Policy.model_validate(dict(data))
+    except ValidationError as err:
+        raise ConfigError("invalid policy", _format_errors(err)) from None
+
+
+def policy_errors(data: Mapping[str, Any]) -> list[str]:
+    """The problems `load_policy` would report, or an empty list."""
+    try:
+        load_policy(data)
+    except ConfigError as err:
+        return err.problems
+    return []

@@ -1,0 +1,98 @@
+"""Process settings: env vars prefixed ``AUTOSCALER_`` over an optional YAML/JSON file.
+
+The file is named by ``AUTOSCALER_CONFIG_FILE``; env vars win over the file, and both
+win over defaults. Nested keys use ``__`` in env vars (``AUTOSCALER_HTTP__PORT=8080``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from autoscaler.errors import ConfigError
+
+
+class HttpSettings(BaseModel):
+    host: str = "0.0.0.0"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+
+class GrpcSettings(BaseModel):
+    host: str = "0.0.0.0"
+    port: int = Field(default=9090, ge=0, le=65535)
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_client_ca_file: str | None = None
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a YAML or JSON mapping; a bad file is a `ConfigError` naming it."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise ConfigError(f"config file {p}: cannot read ({err.strerror})") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as err:
+        raise ConfigError(f"config file {p}: not valid {p.suffix.lstrip('.') or 'YAML'}: {err}")
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = os.environ.get("AUTOSCALER_CONFIG_FILE")
+        return read_config_file(path) if path else {}
+
+
+class Settings(BaseSettings):
+    """Controller process settings (policies live in the policy store, not here)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AUTOSCALER_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: str = "INFO"
+    tick_interval_s: float = Field(default=1.0, gt=0, le=60)
+    mode: Literal["direct", "keda", "advisory"] = "direct"
+    namespace: str | None = None
+    policy_file: str | None = None
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    grpc: GrpcSettings = Field(default_factory=GrpcSettings)
+    api_token: str | None = Field(default=None, repr=False)
+    api_read_token: str | None = Field(default=None, repr=False)
+    leader_election: bool = True
+    lease_name: str = "llm-autoscaler-leader"
+    lease_duration_s: float = Field(default=15.0, gt=0)
+    scrape_timeout_s: float = Field(default=2.0, gt=0)
+    scrape_concurrency: int = Field(default=64, ge=1)
+    prometheus_url: str | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _FileSource(settings_cls), file_secret_settings)

@@ -1,0 +1,5 @@
+"""Policy stores: where targets and their policies live (a file locally, the CRD in-cluster)."""
+
+from autoscaler.store.base import PolicyStore, StoredTarget, TargetSpec
+
+__all__ = ["PolicyStore", "StoredTarget", "TargetSpec"]

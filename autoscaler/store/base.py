@@ -1,0 +1,73 @@
+"""The policy store contract shared by the file store, the CRD store and the REST API.
+
+Every write is optimistic: callers pass the version they read (``if_match``) and get
+`PreconditionFailed` when someone else wrote first. Nothing is acknowledged before it is
+durably stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from autoscaler.domain import TargetRef
+from autoscaler.errors import PermanentError
+from autoscaler.policy.schema import Policy
+
+Mode = Literal["direct", "keda", "advisory"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleTargetRef:
+    kind: Literal["Deployment", "StatefulSet"] = "Deployment"
+    name: str = ""
+    api_version: str = "apps/v1"
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSpec:
+    """One autoscaled target: the LLMAutoscaler spec (policy + where and how to act)."""
+
+    ref: TargetRef
+    policy: Policy
+    scale_target_ref: ScaleTargetRef = field(default_factory=ScaleTargetRef)
+    mode: Mode = "direct"
+    metrics_port: int = 8000
+    metrics_path: str = "/metrics"
+    engine: str = "auto"
+    selector: dict[str, str] | None = None  # None: the scale target's own selector
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTarget:
+    spec: TargetSpec
+    version: str  # opaque: resourceVersion in-cluster, a counter in the file store
+
+
+class PreconditionFailed(PermanentError):
+    """``if_match`` did not match the stored version (HTTP 412)."""
+
+
+class NotFound(PermanentError):
+    """No such target (HTTP 404)."""
+
+
+class AlreadyExists(PermanentError):
+    """A create found the target already there."""
+
+
+class PolicyStore(Protocol):
+    async def list(self, namespace: str | None = None) -> list[StoredTarget]: ...
+
+    async def get(self, ref: TargetRef) -> StoredTarget: ...
+
+    async def put(self, spec: TargetSpec, if_match: str | None = None) -> StoredTarget:
+        """Create or replace; with ``if_match`` the stored version must equal it."""
+        ...
+
+    async def delete(self, ref: TargetRef, if_match: str | None = None) -> None: ...
+
+    def watch(self) -> AsyncIterator[list[StoredTarget]]:
+        """Yields the full target list each time it changes (first yield: current)."""
+        ...

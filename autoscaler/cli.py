@@ -11,8 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-COMMANDS: tuple[str, ...] = (
-)
+COMMANDS: tuple[str, ...] = ("decide",)
 
 
 def build_parser() -> argparse.ArgumentParser:

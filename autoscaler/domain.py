@@ -189,6 +189,7 @@ class DecisionState:
     demand: tuple[TimedValue, ...] = ()  # raw replica demand per tick (panic averaging)
     events: tuple[ScaleEvent, ...] = ()  # observed replica changes (rate policies)
     last_replicas: int | None = None
+    pending: ScaleEvent | None = None  # our last advised change, stamped when decided
     last_active_t: float | None = None
     consecutive_failures: int = 0
     panic_until_t: float | None = None

@@ -1,0 +1,117 @@
+"""`llm-autoscaler decide`: replay a timestamped signal sequence through the core offline.
+
+Each input line: ``{"t": 0, "current_replicas": 2, "ready_replicas": 2,
+"signals": {"waiting": 12}}``; optional ``pods_read``, ``capacity_max_replicas`` and
+``forecast: {"horizon_s": 90, "signals": {...}}``. A signal absent from ``signals`` is
+missing data. Output: one JSON decision per input line. The replica count of each line is
+what the input says: the command does not assume its advice was applied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from autoscaler.domain import DecisionState, Forecast, Observation
+from autoscaler.errors import ConfigError
+from autoscaler.policy.core import decide
+from autoscaler.policy.schema import Policy, load_policy
+from autoscaler.settings import read_config_file
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("decide", help="replay signals (JSONL) through the decision core")
+    p.add_argument("--policy", required=True, help="policy file (YAML or JSON)")
+    p.add_argument("--signals", required=True, help="signals JSONL file ('-' for stdin)")
+    p.set_defaults(func=run)
+
+
+def _number(line_no: int, field: str, value: Any, *, integer: bool = False) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or (integer and (not float(value).is_integer() or value < 0)):
+        rule = "a non-negative integer" if integer else "a number"
+        raise ConfigError(f"line {line_no}: field {field!r} value {value!r} must be {rule}")
+    return float(value)
+
+
+def parse_observation(line_no: int, record: Mapping[str, Any]) -> Observation:
+    """One JSONL record -> Observation, with errors naming line, field, value and rule."""
+    if not isinstance(record, Mapping):
+        raise ConfigError(f"line {line_no}: expected a JSON object, got {type(record).__name__}")
+    for required in ("t", "current_replicas"):
+        if required not in record:
+            raise ConfigError(f"line {line_no}: field {required!r} is required")
+    t = _number(line_no, "t", record["t"])
+    current = int(_number(line_no, "current_replicas", record["current_replicas"], integer=True))
+    ready = int(
+        _number(line_no, "ready_replicas", record.get("ready_replicas", current), integer=True)
+    )
+    raw_signals = record.get("signals", {})
+    if not isinstance(raw_signals, Mapping):
+        raise ConfigError(f"line {line_no}: field 'signals' must be an object")
+    signals = {
+        str(k): _number(line_no, f"signals.{k}", v) for k, v in raw_signals.items() if v is not None
+    }
+    pods_read = record.get("pods_read")
+    cap = record.get("capacity_max_replicas")
+    forecast = None
+    if (f := record.get("forecast")) is not None:
+        if not isinstance(f, Mapping):
+            raise ConfigError(f"line {line_no}: field 'forecast' must be an object")
+        forecast = Forecast(
+            horizon_s=_number(line_no, "forecast.horizon_s", f.get("horizon_s")),
+            signals={
+                str(k): _number(line_no, f"forecast.signals.{k}", v)
+                for k, v in dict(f.get("signals", {})).items()
+            },
+            model=str(f.get("model", "input")),
+        )
+    return Observation(
+        t=t,
+        current_replicas=current,
+        ready_replicas=ready,
+        signals=signals,
+        pods_read=None
+        if pods_read is None
+        else int(_number(line_no, "pods_read", pods_read, integer=True)),
+        capacity_max_replicas=None
+        if cap is None
+        else int(_number(line_no, "capacity_max_replicas", cap, integer=True)),
+        forecast=forecast,
+    )
+
+
+def replay(policy: Policy, lines: IO[str]) -> Iterator[dict[str, object]]:
+    """Decisions for each non-empty line; raises ConfigError on the first bad line."""
+    state = DecisionState()
+    for line_no, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"line {line_no}: not valid JSON ({err.msg})") from None
+        obs = parse_observation(line_no, record)
+        decision, state = decide(policy, obs, state, obs.t)
+        yield decision.to_dict()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        policy = load_policy(read_config_file(args.policy))
+        stream: IO[str] = sys.stdin if args.signals == "-" else Path(args.signals).open()  # noqa: SIM115
+    except (ConfigError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    with stream:
+        try:
+            for out in replay(policy, stream):
+                print(json.dumps(out, separators=(",", ":")), flush=True)
+        except ConfigError as err:
+            print(f"error: {args.signals}: {err}", file=sys.stderr)
+            return 1
+    return 0

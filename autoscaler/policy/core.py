@@ -1,0 +1,421 @@
+"""The decision core: ``decide(policy, observation, state, now) -> (decision, state)``.
+
+Pure: no I/O, no clock, no asyncio. Semantics, in order of application:
+
+1. Per metric (HPA external metrics): ``AverageValue`` asks ``ceil(total / target)``,
+   ``Value`` asks ``ceil(ready * value / target)``; within the tolerance band the metric
+   asks for the current count. A forecast at ``now + horizon`` is evaluated the same way
+   and the larger of now and forecast wins. Several metrics: the largest wins.
+2. Missing data is never zero. All metrics missing: hold (or KEDA ``fallback`` after
+   ``failureThreshold`` consecutive failed reads). Some missing, or pods unread: the rest
+   may scale up, never down.
+3. KEDA activation: a metric above ``activationTarget`` (strictly) makes the target active;
+   from zero/idle an active target goes to ``max(minReplicaCount, 1)``; an inactive one
+   goes to ``idleReplicaCount`` (or 0 when ``minReplicaCount`` is 0) only after
+   ``cooldownPeriod`` since it was last active.
+4. Knative KPA panic (optional): demand averaged over the panic window asking for
+   ``threshold`` x ready replicas skips the scale-up stabilisation window and forbids
+   scale-down until the stable window passes without panic.
+5. HPA ``behavior``: stabilisation windows, then rate policies over the observed history
+   of replica changes, then min/max.
+6. Capacity: never more than the GPU resource can place; reported as capacity-limited.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from autoscaler.domain import (
+    Decision,
+    DecisionState,
+    MetricRecommendation,
+    Observation,
+    Reason,
+    ScaleEvent,
+    TimedValue,
+)
+from autoscaler.policy.behavior import (
+    Rules,
+    resolve,
+    scale_down_limit,
+    scale_up_limit,
+    stabilize,
+)
+from autoscaler.policy.schema import MetricSpec, Policy
+
+_EPS = 1e-9
+
+
+def _ceil(x: float) -> int:
+    return max(0, math.ceil(x - _EPS))
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    replicas: int
+    demand: float  # unrounded replica demand (for panic averaging)
+    tolerated: bool = False  # the tolerance band kept the current count
+
+
+def _ask(spec: MetricSpec, value: float, obs: Observation, up: Rules, down: Rules) -> _Ask:
+    """Replicas one metric value asks for, with HPA's tolerance band."""
+    current = obs.current_replicas
+    if spec.type == "AverageValue":
+        demand = value / spec.target
+        ratio = value / (spec.target * current) if current > 0 else math.inf
+    else:
+        ready = obs.ready_replicas if obs.ready_replicas > 0 else current
+        ratio = value / spec.target
+        demand = ratio * ready if current > 0 else ratio
+    if current > 0:
+        tolerance = up.tolerance if ratio > 1 else down.tolerance
+        if abs(1.0 - ratio) <= tolerance + _EPS:
+            return _Ask(current, demand, tolerated=_ceil(demand) != current)
+    return _Ask(_ceil(demand), demand)
+
+
+def _recommend(
+    policy: Policy, obs: Observation, up: Rules, down: Rules
+) -> tuple[list[MetricRecommendation], float, bool]:
+    """Per-metric recommendations, the largest unrounded demand now, and whether the
+    tolerance band held any metric at the current count."""
+    forecast = obs.forecast.signals if obs.forecast and policy.prediction else None
+    out: list[MetricRecommendation] = []
+    demand_now = 0.0
+    tolerated = False
+    for spec in policy.metrics:
+        value = obs.signals.get(spec.signal)
+        if value is None or math.isnan(value):
+            out.append(MetricRecommendation(spec.signal, spec.type, spec.target, None, None))
+            continue
+        now_ask = _ask(spec, value, obs, up, down)
+        demand_now = max(demand_now, now_ask.demand)
+        tolerated = tolerated or now_ask.tolerated
+        f_value = forecast.get(spec.signal) if forecast is not None else None
+        f_replicas: int | None = None
+        if f_value is not None and not math.isnan(f_value):
+            f_replicas = _ask(spec, f_value, obs, up, down).replicas
+        else:
+            f_value = None
+        active = value > spec.activation_target or (
+            f_value is not None and f_value > spec.activation_target
+        )
+        out.append(
+            MetricRecommendation(
+                signal=spec.signal,
+                metric_type=spec.type,
+                target=spec.target,
+                value=value,
+                replicas=now_ask.replicas,
+                forecast_value=f_value,
+                forecast_replicas=f_replicas,
+                active=active,
+            )
+        )
+    return out, demand_now, tolerated
+
+
+def _combined(rec: MetricRecommendation) -> int:
+    assert rec.replicas is not None
+    return max(rec.replicas, rec.forecast_replicas or 0)
+
+
+def _describe_driver(recs: Sequence[MetricRecommendation]) -> str:
+    valid = [r for r in recs if r.replicas is not None]
+    if not valid:
+        return "no metric could be read"
+    top = max(valid, key=_combined)
+    unit = "per replica" if top.metric_type == "AverageValue" else "mean per replica"
+    text = f"{top.signal}={top.value:.4g} (target {top.target:g} {unit}) asks for {top.replicas}"
+    if top.forecast_replicas is not None and top.forecast_replicas > (top.replicas or 0):
+        text += f", forecast {top.forecast_value:.4g} asks for {top.forecast_replicas}"
+    return text
+
+
+def _prune(
+    state: DecisionState, policy: Policy, up: Rules, down: Rules, now: float
+) -> DecisionState:
+    keep_recs = max(up.stabilization_window_s, down.stabilization_window_s)
+    keep_events = max(up.longest_period_s, down.longest_period_s)
+    keep_demand = policy.panic.window_seconds if policy.panic else 0.0
+    return replace(
+        state,
+        recommendations=tuple(r for r in state.recommendations if r.t > now - keep_recs),
+        events=tuple(e for e in state.events if e.t > now - keep_events),
+        demand=tuple(d for d in state.demand if d.t > now - keep_demand),
+    )
+
+
+def _observe_change(state: DecisionState, current: int, now: float) -> DecisionState:
+    """Record the target's replica changes as observed (the real history of changes).
+
+    A change that matches our previous advice keeps the time it was decided (as HPA
+    stamps its own rescales); any other change is stamped when first seen.
+    """
+    last, pending = state.last_replicas, state.pending
+    state = replace(state, last_replicas=current, pending=None)
+    if last is None or last == current:
+        return state
+    if pending is not None and last + pending.change == current:
+        event = pending
+    else:
+        event = ScaleEvent(t=now, change=current - last)
+    return replace(state, events=(*state.events, event))
+
+
+def _hold(
+    obs: Observation,
+    state: DecisionState,
+    recs: Sequence[MetricRecommendation],
+    reason: Reason,
+    message: str,
+    numbers: dict[str, float],
+) -> tuple[Decision, DecisionState]:
+    decision = Decision(
+        t=obs.t,
+        current_replicas=obs.current_replicas,
+        desired_replicas=obs.current_replicas,
+        reason=reason,
+        message=message,
+        active=state.last_active_t == obs.t,
+        metrics=tuple(recs),
+        numbers=numbers,
+    )
+    return decision, state
+
+
+def decide(
+    policy: Policy, obs: Observation, state: DecisionState, now: float
+) -> tuple[Decision, DecisionState]:
+    """One reconcile of one target. See the module docstring for the rules."""
+    up, down = resolve(policy.behavior)
+    cur = obs.current_replicas
+    state = _observe_change(state, cur, now)
+    state = _prune(state, policy, up, down, now)
+    numbers: dict[str, float] = {}
+    if state.last_active_t is None:
+        # Cooldown counts from when we first saw the target, never from "long ago".
+        state = replace(state, last_active_t=now)
+
+    recs, demand_now, tolerated = _recommend(policy, obs, up, down)
+    numbers["tolerated"] = float(tolerated)
+    missing = [r.signal for r in recs if r.missing]
+    failures = state.consecutive_failures + 1 if missing else 0
+    state = replace(state, consecutive_failures=failures)
+    numbers["consecutive_failures"] = float(failures)
+    if obs.forecast is not None and policy.prediction is not None:
+        numbers["forecast_horizon_s"] = obs.forecast.horizon_s
+        for name, value in obs.forecast.signals.items():
+            numbers[f"forecast.{name}"] = value
+    active = any(r.active for r in recs)
+    if active:
+        state = replace(state, last_active_t=now)
+    fallback_on = policy.fallback is not None and failures >= policy.fallback.failure_threshold
+
+    limits: list[Reason] = []
+    valid = [_combined(r) for r in recs if not r.missing]
+    if not valid and not fallback_on:
+        return _hold(
+            obs,
+            state,
+            recs,
+            Reason.HOLD_MISSING_DATA,
+            f"holding {cur} replicas: no fresh data for {', '.join(missing)} "
+            f"({failures} consecutive failed reads); missing data is never read as zero",
+            numbers,
+        )
+    raw = max(valid, default=0)
+    reason_hint: Reason | None = None
+    if fallback_on and missing:
+        assert policy.fallback is not None
+        if policy.fallback.replicas >= raw:
+            raw = policy.fallback.replicas
+            reason_hint = Reason.FALLBACK
+    elif (missing or not obs.complete) and raw < cur:
+        raw = cur
+        limits.append(Reason.HOLD_PARTIAL_DATA)
+    numbers["raw_recommendation"] = float(raw)
+    numbers["demand_replicas"] = demand_now
+
+    # KEDA activation / idle handling (bypasses HPA, as KEDA's scale executor does).
+    hpa_min = max(policy.min_replica_count, 1)
+    idle_allowed = policy.min_replica_count == 0 or policy.idle_replica_count is not None
+    idle_target = policy.idle_replica_count if policy.idle_replica_count is not None else 0
+    data_complete = not missing and obs.complete
+    if not active and idle_allowed and data_complete:
+        assert state.last_active_t is not None
+        idle_for = now - state.last_active_t
+        numbers["inactive_for_s"] = idle_for
+        if cur <= idle_target:
+            return _final(
+                obs, state, recs, cur, Reason.IDLE, [], numbers, raw, now, up, down, policy
+            )
+        if idle_for >= policy.cooldown_period:
+            return _final(
+                obs, state, recs, idle_target, Reason.IDLE, [], numbers, raw, now, up, down, policy
+            )
+        limits.append(Reason.COOLDOWN)
+    if cur <= idle_target and idle_allowed:
+        if active:
+            target = min(max(hpa_min, 1), policy.max_replica_count)
+            return _final(
+                obs, state, recs, target, Reason.ACTIVATE, [], numbers, raw, now, up, down, policy
+            )
+        return _final(
+            obs, state, recs, cur, Reason.IDLE, limits, numbers, raw, now, up, down, policy
+        )
+
+    # HPA: out-of-range current counts snap to the bounds first.
+    if cur > policy.max_replica_count:
+        return _final(
+            obs,
+            state,
+            recs,
+            policy.max_replica_count,
+            Reason.MAX_REPLICAS,
+            limits,
+            numbers,
+            raw,
+            now,
+            up,
+            down,
+            policy,
+        )
+    if cur < hpa_min:
+        return _final(
+            obs,
+            state,
+            recs,
+            hpa_min,
+            Reason.MIN_REPLICAS,
+            limits,
+            numbers,
+            raw,
+            now,
+            up,
+            down,
+            policy,
+        )
+
+    # Knative panic mode.
+    in_panic = False
+    panic_floor = 0
+    if policy.panic is not None:
+        state = replace(state, demand=(*state.demand, TimedValue(now, demand_now)))
+        window = [d.value for d in state.demand]
+        panic_avg = sum(window) / len(window)
+        panic_desired = _ceil(panic_avg)
+        ready = max(obs.ready_replicas, 1)
+        numbers["panic_demand_replicas"] = panic_avg
+        if panic_desired / ready >= policy.panic.threshold:
+            state = replace(state, panic_until_t=now + policy.panic.stable_window_seconds)
+        if state.panic_until_t is not None and now < state.panic_until_t:
+            in_panic = True
+            panic_floor = max(state.panic_max_replicas, panic_desired, cur)
+            state = replace(state, panic_max_replicas=panic_floor)
+        else:
+            state = replace(state, panic_until_t=None, panic_max_replicas=0)
+
+    history = state.recommendations
+    state = replace(state, recommendations=(*history, TimedValue(now, float(raw))))
+    if in_panic:
+        stabilized = max(raw, panic_floor)
+    else:
+        stabilized = stabilize(raw, cur, history, up, down, now)
+    if stabilized != raw:
+        limits.append(Reason.STABILIZED)
+    numbers["stabilized_recommendation"] = float(stabilized)
+
+    desired = stabilized
+    if desired > cur:
+        up_limit = max(scale_up_limit(cur, state.events, up, now), cur)
+        numbers["scale_up_limit"] = float(up_limit)
+        allowed = min(policy.max_replica_count, up_limit)
+        if desired > allowed:
+            desired = allowed
+            limits.append(
+                Reason.RATE_LIMITED if up_limit < policy.max_replica_count else Reason.MAX_REPLICAS
+            )
+    elif desired < cur:
+        down_limit = min(scale_down_limit(cur, state.events, down, now), cur)
+        numbers["scale_down_limit"] = float(down_limit)
+        allowed = max(hpa_min, down_limit)
+        if desired < allowed:
+            desired = allowed
+            limits.append(Reason.RATE_LIMITED if down_limit > hpa_min else Reason.MIN_REPLICAS)
+    reason = reason_hint or (Reason.PANIC if in_panic and desired > cur else None)
+    return _final(obs, state, recs, desired, reason, limits, numbers, raw, now, up, down, policy)
+
+
+def _final(
+    obs: Observation,
+    state: DecisionState,
+    recs: Sequence[MetricRecommendation],
+    desired: int,
+    reason: Reason | None,
+    limits: list[Reason],
+    numbers: dict[str, float],
+    raw: int,
+    now: float,
+    up: Rules,
+    down: Rules,
+    policy: Policy,
+) -> tuple[Decision, DecisionState]:
+    """Apply the capacity cap, choose the reason and write the sentence."""
+    cur = obs.current_replicas
+    if obs.capacity_max_replicas is not None and policy.capacity.enforce:
+        cap = max(obs.capacity_max_replicas + policy.capacity.provisionable_replicas, cur)
+        numbers["capacity_max_replicas"] = float(cap)
+        if desired > cap:
+            desired = cap
+            limits.append(Reason.CAPACITY_LIMITED)
+            reason = Reason.CAPACITY_LIMITED
+    if reason is None:
+        forecast_drove = any(
+            r.forecast_replicas is not None
+            and r.replicas is not None
+            and r.forecast_replicas > r.replicas
+            and r.forecast_replicas >= desired
+            for r in recs
+        )
+        if desired > cur:
+            reason = Reason.FORECAST if forecast_drove else Reason.SCALE_UP
+        elif desired < cur:
+            reason = Reason.SCALE_DOWN
+        elif limits:
+            reason = limits[-1]
+        elif raw == cur and numbers.get("tolerated"):
+            reason = Reason.WITHIN_TOLERANCE
+        else:
+            reason = Reason.STEADY
+    verb = "scale up" if desired > cur else "scale down" if desired < cur else "hold"
+    parts = [f"{verb} {cur} -> {desired}" if desired != cur else f"hold at {cur}"]
+    parts.append(_describe_driver(recs))
+    extra = {
+        Reason.FALLBACK: "fallback replicas after repeated failed reads",
+        Reason.ACTIVATE: "activation threshold crossed",
+        Reason.IDLE: "inactive past cooldownPeriod",
+        Reason.PANIC: f"panic mode (holding at least {state.panic_max_replicas})",
+    }.get(reason)
+    if extra:
+        parts.append(extra)
+    if limits:
+        parts.append("limited by " + ", ".join(str(x) for x in dict.fromkeys(limits)))
+    if desired != cur:
+        state = replace(state, pending=ScaleEvent(t=now, change=desired - cur))
+    decision = Decision(
+        t=obs.t,
+        current_replicas=cur,
+        desired_replicas=desired,
+        reason=reason,
+        message="; ".join(parts),
+        active=state.last_active_t == now,
+        metrics=tuple(recs),
+        numbers=numbers,
+        limits=tuple(dict.fromkeys(limits)),
+        panic=reason == Reason.PANIC
+        or (state.panic_until_t is not None and now < state.panic_until_t),
+    )
+    return decision, state

@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = args.func(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into `head` and closed: not an error
+        sys.stderr.close()
+        return 0
     return result
 
 

@@ -168,6 +168,7 @@ def _observe_change(state: DecisionState, current: int, now: float) -> DecisionS
 def _hold(
     obs: Observation,
     state: DecisionState,
+    active: bool,
     recs: Sequence[MetricRecommendation],
     reason: Reason,
     message: str,
@@ -179,7 +180,7 @@ def _hold(
         desired_replicas=obs.current_replicas,
         reason=reason,
         message=message,
-        active=state.last_active_t == obs.t,
+        active=active,
         metrics=tuple(recs),
         numbers=numbers,
     )
@@ -220,6 +221,7 @@ def decide(
         return _hold(
             obs,
             state,
+            active,
             recs,
             Reason.HOLD_MISSING_DATA,
             f"holding {cur} replicas: no fresh data for {', '.join(missing)} "
@@ -238,6 +240,7 @@ def decide(
         limits.append(Reason.HOLD_PARTIAL_DATA)
     numbers["raw_recommendation"] = float(raw)
     numbers["demand_replicas"] = demand_now
+    ctx = _Ctx(policy, obs, now, recs, numbers, active, raw)
 
     # KEDA activation / idle handling (bypasses HPA, as KEDA's scale executor does).
     hpa_min = max(policy.min_replica_count, 1)
@@ -249,55 +252,21 @@ def decide(
         idle_for = now - state.last_active_t
         numbers["inactive_for_s"] = idle_for
         if cur <= idle_target:
-            return _final(
-                obs, state, recs, cur, Reason.IDLE, [], numbers, raw, now, up, down, policy
-            )
+            return _final(ctx, state, cur, Reason.IDLE, [])
         if idle_for >= policy.cooldown_period:
-            return _final(
-                obs, state, recs, idle_target, Reason.IDLE, [], numbers, raw, now, up, down, policy
-            )
+            return _final(ctx, state, idle_target, Reason.IDLE, [])
         limits.append(Reason.COOLDOWN)
     if cur <= idle_target and idle_allowed:
         if active:
             target = min(max(hpa_min, 1), policy.max_replica_count)
-            return _final(
-                obs, state, recs, target, Reason.ACTIVATE, [], numbers, raw, now, up, down, policy
-            )
-        return _final(
-            obs, state, recs, cur, Reason.IDLE, limits, numbers, raw, now, up, down, policy
-        )
+            return _final(ctx, state, target, Reason.ACTIVATE, [])
+        return _final(ctx, state, cur, Reason.IDLE, limits)
 
     # HPA: out-of-range current counts snap to the bounds first.
     if cur > policy.max_replica_count:
-        return _final(
-            obs,
-            state,
-            recs,
-            policy.max_replica_count,
-            Reason.MAX_REPLICAS,
-            limits,
-            numbers,
-            raw,
-            now,
-            up,
-            down,
-            policy,
-        )
+        return _final(ctx, state, policy.max_replica_count, Reason.MAX_REPLICAS, limits)
     if cur < hpa_min:
-        return _final(
-            obs,
-            state,
-            recs,
-            hpa_min,
-            Reason.MIN_REPLICAS,
-            limits,
-            numbers,
-            raw,
-            now,
-            up,
-            down,
-            policy,
-        )
+        return _final(ctx, state, hpa_min, Reason.MIN_REPLICAS, limits)
 
     # Knative panic mode.
     in_panic = False
@@ -346,24 +315,39 @@ def decide(
             desired = allowed
             limits.append(Reason.RATE_LIMITED if down_limit > hpa_min else Reason.MIN_REPLICAS)
     reason = reason_hint or (Reason.PANIC if in_panic and desired > cur else None)
-    return _final(obs, state, recs, desired, reason, limits, numbers, raw, now, up, down, policy)
+    return _final(ctx, state, desired, reason, limits)
+
+
+@dataclass(slots=True)
+class _Ctx:
+    """What one `decide` call computed before choosing the final count."""
+
+    policy: Policy
+    obs: Observation
+    now: float
+    recs: list[MetricRecommendation]
+    numbers: dict[str, float]
+    active: bool
+    raw: int
 
 
 def _final(
-    obs: Observation,
+    ctx: _Ctx,
     state: DecisionState,
-    recs: Sequence[MetricRecommendation],
     desired: int,
     reason: Reason | None,
     limits: list[Reason],
-    numbers: dict[str, float],
-    raw: int,
-    now: float,
-    up: Rules,
-    down: Rules,
-    policy: Policy,
 ) -> tuple[Decision, DecisionState]:
     """Apply the capacity cap, choose the reason and write the sentence."""
+    obs, policy, recs, numbers, raw, now = (
+        ctx.obs,
+        ctx.policy,
+        ctx.recs,
+        ctx.numbers,
+        ctx.raw,
+        ctx.now,
+    )
+    active = ctx.active
     cur = obs.current_replicas
     if obs.capacity_max_replicas is not None and policy.capacity.enforce:
         cap = max(obs.capacity_max_replicas + policy.capacity.provisionable_replicas, cur)
@@ -411,7 +395,7 @@ def _final(
         desired_replicas=desired,
         reason=reason,
         message="; ".join(parts),
-        active=state.last_active_t == now,
+        active=active,
         metrics=tuple(recs),
         numbers=numbers,
         limits=tuple(dict.fromkeys(limits)),

@@ -1,0 +1,96 @@
+"""The offline `decide` command: one JSON line per input line, errors that name the line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(tmp_path: Path, policy: str, lines: list[str]) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "p.yaml").write_text(policy)
+    (tmp_path / "s.jsonl").write_text("\n".join(lines) + "\n")
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autoscaler",
+            "decide",
+            "--policy",
+            str(tmp_path / "p.yaml"),
+            "--signals",
+            str(tmp_path / "s.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+POLICY = "maxReplicaCount: 10\nmetrics:\n  - {signal: waiting, type: AverageValue, target: 4}\n"
+
+
+def test_prints_one_decision_per_line_and_treats_absent_signals_as_missing(tmp_path: Path) -> None:
+    proc = _run(
+        tmp_path,
+        POLICY,
+        [
+            json.dumps(
+                {"t": 0, "current_replicas": 2, "ready_replicas": 2, "signals": {"waiting": 16}}
+            ),
+            json.dumps({"t": 1, "current_replicas": 2, "ready_replicas": 2, "signals": {}}),
+        ],
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert [o["desired_replicas"] for o in out] == [4, 2]
+    assert [o["reason"] for o in out] == ["scale-up", "hold-missing-data"]
+    assert out[0]["t"] == 0
+
+
+def test_bad_line_is_reported_with_line_field_and_value(tmp_path: Path) -> None:
+    proc = _run(
+        tmp_path,
+        POLICY,
+        [
+            json.dumps({"t": 0, "current_replicas": 2, "signals": {"waiting": 1}}),
+            json.dumps({"t": 1, "current_replicas": -3, "signals": {}}),
+        ],
+    )
+    assert proc.returncode == 1
+    assert "line 2" in proc.stderr and "current_replicas" in proc.stderr and "-3" in proc.stderr
+
+
+def test_invalid_policy_is_rejected_before_any_output(tmp_path: Path) -> None:
+    proc = _run(
+        tmp_path, "minReplicaCount: 9\nmaxReplicaCount: 2\n", ['{"t": 0, "current_replicas": 1}']
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "minReplicaCount: value 9" in proc.stderr
+
+
+def test_bundled_example_replays(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autoscaler",
+            "decide",
+            "--policy",
+            "examples/policy.yaml",
+            "--signals",
+            "examples/signals.jsonl",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    reasons = {json.loads(x)["reason"] for x in proc.stdout.splitlines()}
+    assert {"hold-missing-data", "scale-down"} <= reasons
+    assert reasons & {"scale-up", "panic"}

@@ -1,0 +1,97 @@
+"""Policy validation: invalid policies are rejected whole with field, value and rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.errors import ConfigError
+from autoscaler.policy.schema import load_policy, policy_errors
+
+
+def test_defaults_are_valid_and_round_trip_in_camel_case() -> None:
+    policy = load_policy({})
+    doc = policy.dump()
+    assert doc["minReplicaCount"] == 1 and "maxReplicaCount" in doc
+    assert load_policy(doc) == policy
+
+
+def test_keda_behavior_block_pastes_unchanged() -> None:
+    doc = {
+        "minReplicaCount": 1,
+        "maxReplicaCount": 16,
+        "cooldownPeriod": 300,
+        "pollingInterval": 15,
+        "behavior": {
+            "scaleUp": {
+                "stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}],
+            },
+            "scaleDown": {
+                "stabilizationWindowSeconds": 300,
+                "policies": [{"type": "Percent", "value": 10, "periodSeconds": 60}],
+            },
+        },
+        "metrics": [
+            {"signal": "waiting", "type": "AverageValue", "target": 5, "activationTarget": 1}
+        ],
+    }
+    policy = load_policy(doc)
+    assert policy.behavior.scale_down is not None
+    assert policy.behavior.scale_down.policies is not None
+    assert policy.behavior.scale_down.policies[0].period_seconds == 60
+
+
+@pytest.mark.parametrize(
+    ("doc", "needle"),
+    [
+        (
+            {"minReplicaCount": 5, "maxReplicaCount": 2},
+            "minReplicaCount: value 5 must be <= maxReplicaCount",
+        ),
+        ({"metrics": [{"signal": "qps", "target": 1}]}, "metrics[0].signal"),
+        ({"metrics": [{"signal": "waiting", "target": 0}]}, "metrics[0].target"),
+        (
+            {"metrics": [{"signal": "kv_cache_usage_max", "type": "AverageValue", "target": 0.8}]},
+            "never ask for more than 2 replicas",
+        ),
+        (
+            {"metrics": [{"signal": "kv_cache_usage", "type": "Value", "target": 80}]},
+            "must be <= 1",
+        ),
+        ({"behavior": {"scaleUp": {"selectPolicy": "Fastest"}}}, "behavior.scaleUp.selectPolicy"),
+        (
+            {
+                "behavior": {
+                    "scaleDown": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 3600}]}
+                }
+            },
+            "periodSeconds",
+        ),
+        ({"idleReplicaCount": 3, "minReplicaCount": 2}, "idleReplicaCount: value 3 must be <"),
+        ({"cooldownPeriod": -1}, "cooldownPeriod"),
+        ({"minReplicas": 1}, "minReplicas"),
+    ],
+)
+def test_invalid_policy_is_rejected_with_field_value_and_rule(
+    doc: dict[str, object], needle: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_policy(doc)
+    assert needle in str(err.value)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    problems = policy_errors({"metrics": [{"signal": "qps", "target": -1}], "cooldownPeriod": -5})
+    assert any(p.startswith("metrics[0].signal") for p in problems)
+    assert any(p.startswith("metrics[0].target") for p in problems)
+    assert any(p.startswith("cooldownPeriod") for p in problems)
+
+
+def test_fraction_average_value_allowed_when_reproducing_keda() -> None:
+    policy = load_policy(
+        {
+            "allowFractionAverageValue": True,
+            "metrics": [{"signal": "kv_cache_usage_max", "type": "AverageValue", "target": 0.8}],
+        }
+    )
+    assert policy.metrics[0].type == "AverageValue"

@@ -1,0 +1,1 @@
+"""Demand forecasting and cold-start-aware planning (pure: time comes in as arguments)."""

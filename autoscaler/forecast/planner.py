@@ -1,0 +1,311 @@
+"""The facade the control loop and the simulator call each tick, per target.
+
+``update(t, signals)`` feeds the canonical signals; ``forecast(t)`` returns a
+`domain.Forecast` of the signals the policy scales on, at ``t + horizon`` where the
+horizon is the learned cold start (or the policy's fixed ``horizonSeconds``).
+
+Rates (requests/s, tokens/s) are forecast directly. Load signals (running, waiting, KV
+usage) follow demand: their smoothed current value is scaled by the ratio of predicted to
+current rate of the driver signal, so the decision core's existing per-replica targets
+apply unchanged. When the current rate is ~0 (idle) the ratio is undefined, so the
+learned load per unit of rate (Little's law: running = rate x time in system) is used.
+KV usage forecasts may exceed 1: that means "more than the current replicas hold".
+
+This class holds mutable state (one frozen model per signal); it never reads the clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal, Protocol
+
+from autoscaler.domain import FRACTION_SIGNALS, Forecast
+from autoscaler.forecast.auto import Auto
+from autoscaler.forecast.capacity import CapacityEstimator
+from autoscaler.forecast.coldstart import ColdStartEstimator
+from autoscaler.forecast.models import Ewma, Forecaster, Holt, Seasonal
+from autoscaler.forecast.robust import check_finite, check_positive
+
+ForecasterKind = Literal["ewma", "holt", "seasonal", "auto"]
+RATE_SIGNALS: tuple[str, ...] = (
+    "arrival_rate_per_s",
+    "prompt_tokens_per_s",
+    "generation_tokens_per_s",
+)
+LOAD_SIGNALS: tuple[str, ...] = ("running", "waiting", "kv_cache_usage", "kv_cache_usage_max")
+
+
+class PredictionLike(Protocol):
+    """The policy's ``prediction`` block (duck-typed: forecast/ does not import policy/)."""
+
+    @property
+    def forecaster(self) -> str: ...
+
+    @property
+    def horizon_seconds(self) -> float | None: ...
+
+    @property
+    def cold_start_prior_seconds(self) -> float: ...
+
+    @property
+    def min_pods_to_learn(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerConfig:
+    forecaster: ForecasterKind = "auto"
+    horizon_s: float | None = None  # policy horizonSeconds; None: learned cold start
+    cold_start_prior_s: float = 90.0
+    min_pods_to_learn: int = 3
+    rate_signals: tuple[str, ...] = RATE_SIGNALS
+    load_signals: tuple[str, ...] = LOAD_SIGNALS
+    load_tau_s: float = 30.0
+    season_period_s: float = 86_400.0
+    season_bins: int = 48
+    min_rate_for_ratio: float = 0.05  # driver level below this: use learned intensity
+    max_ratio: float = 20.0
+    capacity_fallback: Mapping[str, float] = field(default_factory=dict)
+    slo_s: float = 0.5
+    latency_signal: str = "ttft_p95_s"
+
+    def __post_init__(self) -> None:
+        if self.forecaster not in ("ewma", "holt", "seasonal", "auto"):
+            raise ValueError(
+                f"forecaster: value {self.forecaster!r} must be one of ewma, holt, seasonal, auto"
+            )
+        if self.horizon_s is not None:
+            check_positive("horizon_s", self.horizon_s)
+        check_positive("cold_start_prior_s", self.cold_start_prior_s)
+        check_positive("load_tau_s", self.load_tau_s)
+        check_finite("min_rate_for_ratio", self.min_rate_for_ratio, minimum=0.0)
+        check_positive("max_ratio", self.max_ratio)
+        if not self.rate_signals:
+            raise ValueError("rate_signals: value () must name at least one rate signal")
+        object.__setattr__(
+            self, "capacity_fallback", MappingProxyType(dict(self.capacity_fallback))
+        )
+
+    @classmethod
+    def from_prediction(cls, prediction: PredictionLike, **overrides: object) -> PlannerConfig:
+        """Build from the policy's ``prediction`` block (plus explicit overrides)."""
+        kind = prediction.forecaster
+        if kind not in ("ewma", "holt", "seasonal", "auto"):
+            raise ValueError(f"prediction.forecaster: value {kind!r} is not supported")
+        base: dict[str, object] = {
+            "forecaster": kind,
+            "horizon_s": prediction.horizon_seconds,
+            "cold_start_prior_s": prediction.cold_start_prior_seconds,
+            "min_pods_to_learn": prediction.min_pods_to_learn,
+        }
+        base.update(overrides)
+        return cls(**base)  # type: ignore[arg-type]
+
+
+def make_forecaster(
+    kind: ForecasterKind, *, horizon_s: float, period_s: float, bins: int
+) -> Forecaster:
+    """A fresh forecaster of the given kind (defaults tuned in docs/forecasting.md)."""
+    seasonal = Seasonal(period_s=period_s, bins=bins)
+    if kind == "ewma":
+        return Ewma()
+    if kind == "holt":
+        return Holt()
+    if kind == "seasonal":
+        return seasonal
+    return Auto(candidates=(Ewma(), Holt(), seasonal), horizon_s=horizon_s)
+
+
+class Planner:
+    """Per-target demand forecaster, cold-start and capacity learner (see module doc)."""
+
+    def __init__(self, config: PlannerConfig | None = None) -> None:
+        self.config = config if config is not None else PlannerConfig()
+        self.models: dict[str, Forecaster] = {}
+        self.loads: dict[str, Ewma] = {}
+        self.intensity: dict[str, Ewma] = {}  # load signal per unit of driver rate
+        self.cold_start = ColdStartEstimator(
+            prior_s=self.config.cold_start_prior_s,
+            min_pods_to_learn=self.config.min_pods_to_learn,
+        )
+        self.capacity = CapacityEstimator(
+            fallback=self.config.capacity_fallback,
+            slo_s=self.config.slo_s,
+            latency_signal=self.config.latency_signal,
+        )
+        self.last_t: float | None = None
+        self._numbers: dict[str, float] = {}
+
+    # -- inputs -----------------------------------------------------------------------
+    def observe_pod_ready(self, t: float, duration_s: float) -> None:
+        """A pod became Ready at ``t``, ``duration_s`` after it was started."""
+        self.cold_start = self.cold_start.observe(t, duration_s)
+
+    def horizon_s(self) -> float:
+        return self.cold_start.horizon_s(self.config.horizon_s)
+
+    def update(
+        self, t: float, signals: Mapping[str, float], ready_replicas: int | None = None
+    ) -> None:
+        """Feed one tick. Absent signals are missing (skipped), never zero."""
+        check_finite("t", t)
+        horizon = self.horizon_s()
+        for name in self.config.rate_signals:
+            value = signals.get(name)
+            if value is None:
+                continue
+            model = self.models.get(name)
+            if model is None:
+                model = make_forecaster(
+                    self.config.forecaster,
+                    horizon_s=horizon,
+                    period_s=self.config.season_period_s,
+                    bins=self.config.season_bins,
+                )
+            if isinstance(model, Auto):
+                model = model.with_horizon(horizon)
+            self.models[name] = model.update(t, _checked(name, value))
+        for name in self.config.load_signals:
+            value = signals.get(name)
+            if value is None:
+                continue
+            load = self.loads.get(name, Ewma(tau_s=self.config.load_tau_s))
+            self.loads[name] = load.update(t, _checked(name, value))
+        driver = self._driver()
+        if driver is not None:
+            rate = self.models[driver].level
+            if rate is not None and rate >= self.config.min_rate_for_ratio:
+                for name, load in self.loads.items():
+                    if load.level is not None and load.last_t == t:
+                        k = self.intensity.get(name, Ewma(tau_s=600.0))
+                        self.intensity[name] = k.update(t, load.level / rate)
+        if ready_replicas is not None:
+            self.capacity = self.capacity.observe(t, ready_replicas, signals)
+        self.last_t = t
+
+    def _driver(self) -> str | None:
+        """The first configured rate signal with data: it drives the load forecasts."""
+        for name in self.config.rate_signals:
+            model = self.models.get(name)
+            if model is not None and model.level is not None:
+                return name
+        return None
+
+    # -- outputs ----------------------------------------------------------------------
+    def predict(self, t: float, horizon_s: float) -> dict[str, float]:
+        """Predicted signal values at ``t + horizon_s`` (missing ones omitted)."""
+        out: dict[str, float] = {}
+        for name, model in self.models.items():
+            value = model.predict(t, horizon_s)
+            if value is not None:
+                out[name] = value
+        driver = self._driver()
+        ratio: float | None = None
+        driver_pred: float | None = None
+        if driver is not None:
+            driver_pred = out.get(driver)
+            now = self.models[driver].predict(t, 0.0)
+            if (
+                driver_pred is not None
+                and now is not None
+                and now >= self.config.min_rate_for_ratio
+            ):
+                ratio = min(driver_pred / now, self.config.max_ratio)
+        for name, load in self.loads.items():
+            level = load.predict(t, 0.0)
+            k = self.intensity.get(name)
+            k_level = k.level if k is not None else None
+            if ratio is not None and level is not None:
+                out[name] = level * ratio
+            elif driver_pred is not None and k_level is not None and level is not None:
+                out[name] = driver_pred * k_level
+        return out
+
+    def forecast(self, t: float, horizon_s: float | None = None) -> Forecast:
+        """`domain.Forecast` at ``t + horizon`` (default: the cold-start horizon)."""
+        horizon = self.horizon_s() if horizon_s is None else horizon_s
+        check_finite("horizon_s", horizon, minimum=0.0)
+        signals = self.predict(t, horizon)
+        driver = self._driver()
+        model = self.models[driver].name if driver is not None else "none"
+        self._numbers = self._report(t, horizon, signals)
+        return Forecast(horizon_s=horizon, signals=MappingProxyType(signals), model=model)
+
+    def needed_replicas(
+        self, t: float, horizon_s: float, per_replica_capacity: Mapping[str, float]
+    ) -> int | None:
+        """Replicas the forecast at ``t + horizon_s`` needs (largest over signals with a
+        per-replica capacity; fractions are excluded), ``None`` without forecasts."""
+        predicted = self.predict(t, horizon_s)
+        needs: list[int] = []
+        for name, cap in per_replica_capacity.items():
+            value = predicted.get(name)
+            if value is None or name in FRACTION_SIGNALS:
+                continue
+            check_positive(f"per_replica_capacity[{name}]", cap)
+            needs.append(math.ceil(value / cap - 1e-9))
+        return max(needs) if needs else None
+
+    def warm_pool_size(
+        self,
+        t: float,
+        lead_time_s: float,
+        replicas_now: int,
+        per_replica_capacity: Mapping[str, float] | None = None,
+        steps: int = 8,
+    ) -> int:
+        """Warm GPUs to hold: the peak replicas forecast within the node-provisioning
+        lead time, beyond ``replicas_now`` (the caller bounds it by warmPool min/max).
+        Capacity defaults to the learned per-replica capacity."""
+        check_finite("lead_time_s", lead_time_s, minimum=0.0)
+        caps = (
+            per_replica_capacity
+            if per_replica_capacity is not None
+            else (self.capacity.capacities())
+        )
+        peak = 0
+        for i in range(steps + 1):
+            need = self.needed_replicas(t, lead_time_s * i / steps, caps)
+            if need is not None:
+                peak = max(peak, need)
+        size = max(0, peak - replicas_now)
+        self._numbers["warm_pool.needed_replicas"] = float(peak)
+        self._numbers["warm_pool.size"] = float(size)
+        return size
+
+    def numbers(self) -> Mapping[str, float]:
+        """Every number behind the last forecast, for the decision and the metrics."""
+        return MappingProxyType(dict(self._numbers))
+
+    def _report(
+        self, t: float, horizon_s: float, predicted: Mapping[str, float]
+    ) -> dict[str, float]:
+        n: dict[str, float] = {
+            "forecast.horizon_s": horizon_s,
+            "forecast.cold_start_s": self.cold_start.estimate_s,
+            "forecast.cold_start_learned": float(self.cold_start.learned),
+            "forecast.cold_start_samples": float(self.cold_start.seen),
+        }
+        for name, model in self.models.items():
+            now = model.predict(t, 0.0)
+            if now is not None:
+                n[f"forecast.{name}.now"] = now
+            if isinstance(model, Auto):
+                for cand, err in model.errors().items():
+                    n[f"forecast.{name}.wape.{cand}"] = err
+        for name, load in self.loads.items():
+            level = load.predict(t, 0.0)
+            if level is not None:
+                n[f"forecast.{name}.now"] = level
+        for name, value in predicted.items():
+            n[f"forecast.{name}.predicted"] = value
+        for name, cap in self.capacity.capacities().items():
+            n[f"capacity.{name}.per_replica"] = cap
+            n[f"capacity.{name}.learned"] = float(self.capacity.learned(name))
+        return n
+
+
+def _checked(name: str, value: float) -> float:
+    return check_finite(name, value, minimum=0.0)

@@ -1,0 +1,120 @@
+"""Burst filter shared by every forecaster: Huber-clipped innovations with confirmation.
+
+A forecaster compares each sample with what it predicted for that instant (the
+innovation). One wild sample must not drag the level for minutes, yet a real step change
+must be adopted quickly. So innovations are clipped to ``huber_k`` times a robust scale
+(an exponentially weighted mean absolute innovation), unless outliers of the same sign
+have persisted for ``confirm_s`` seconds: then the shift is real and passes unclipped.
+The influence of an isolated spike is therefore bounded by ``huber_k * scale * alpha``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+
+def check_finite(name: str, value: float, *, minimum: float | None = None) -> float:
+    """Return ``value`` or raise a ValueError naming the field, the value and the rule."""
+    if not math.isfinite(value):
+        raise ValueError(f"{name}: value {value!r} must be a finite number")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name}: value {value!r} must be >= {minimum}")
+    return value
+
+
+def check_positive(name: str, value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}: value {value!r} must be a finite number > 0")
+    return value
+
+
+def decay(dt_s: float, tau_s: float) -> float:
+    """Smoothing weight of a sample that arrives ``dt_s`` after the previous one.
+
+    Time-aware (``1 - exp(-dt/tau)``) rather than a per-sample alpha, so irregular ticks
+    and gaps weigh samples by the time they stand for.
+    """
+    if dt_s <= 0:
+        return 0.0
+    return -math.expm1(-dt_s / tau_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Robustness:
+    """Parameters of the burst filter (see the module docstring)."""
+
+    huber_k: float = 3.0
+    scale_tau_s: float = 600.0
+    confirm_s: float = 15.0
+    min_scale_rel: float = 0.02  # scale floor relative to |level|: no zero-width band
+    min_scale_abs: float = 1e-9
+
+    def __post_init__(self) -> None:
+        check_positive("huber_k", self.huber_k)
+        check_positive("scale_tau_s", self.scale_tau_s)
+        check_finite("confirm_s", self.confirm_s, minimum=0.0)
+        check_finite("min_scale_rel", self.min_scale_rel, minimum=0.0)
+        check_finite("min_scale_abs", self.min_scale_abs, minimum=0.0)
+
+
+DEFAULT_ROBUSTNESS = Robustness()
+
+
+@dataclass(frozen=True, slots=True)
+class InnovationFilter:
+    """State of the burst filter: robust scale and the current run of outliers."""
+
+    params: Robustness = DEFAULT_ROBUSTNESS
+    scale: float | None = None
+    run_sign: int = 0
+    run_start_t: float | None = None
+
+    def clip(self, t: float, dt_s: float, innovation: float, level: float) -> tuple[float, bool]:
+        """The innovation to apply and whether it was clipped (no state change)."""
+        scale = self._band_scale(level)
+        if scale is None:
+            return innovation, False
+        bound = self.params.huber_k * scale
+        if abs(innovation) <= bound:
+            return innovation, False
+        sign = 1 if innovation > 0 else -1
+        if (
+            self.run_sign == sign
+            and self.run_start_t is not None
+            and t - self.run_start_t >= self.params.confirm_s
+        ):
+            return innovation, False  # confirmed level shift: adopt it
+        return math.copysign(bound, innovation), True
+
+    def update(self, t: float, dt_s: float, innovation: float, level: float) -> InnovationFilter:
+        """Advance the scale and the outlier run after a sample at ``t``."""
+        scale = self._band_scale(level)
+        if scale is None:
+            return replace(self, scale=abs(innovation))
+        bound = self.params.huber_k * scale
+        outlier = abs(innovation) > bound
+        sign = 0 if not outlier else (1 if innovation > 0 else -1)
+        if outlier and sign == self.run_sign and self.run_start_t is not None:
+            run_start = self.run_start_t
+        elif outlier:
+            run_start = t
+        else:
+            run_start = None
+        confirmed = run_start is not None and t - run_start >= self.params.confirm_s
+        # Outliers feed the scale only up to the band unless confirmed, so spikes cannot
+        # widen the band, while a real regime change widens it at once.
+        magnitude = abs(innovation) if confirmed else min(abs(innovation), bound)
+        assert self.scale is not None
+        w = decay(dt_s, self.params.scale_tau_s)
+        return replace(
+            self,
+            scale=self.scale + w * (magnitude - self.scale),
+            run_sign=sign,
+            run_start_t=run_start,
+        )
+
+    def _band_scale(self, level: float) -> float | None:
+        if self.scale is None:
+            return None
+        return max(self.scale, self.params.min_scale_rel * abs(level), self.params.min_scale_abs)

@@ -24,9 +24,7 @@ class TargetStatus:
     version: str = ""
     last_decision: Decision | None = None
     history: deque[Decision] = field(default_factory=lambda: deque(maxlen=HISTORY_LEN))
-    observations: deque[Observation] = field(
-        default_factory=lambda: deque(maxlen=OBSERVATIONS_LEN)
-    )
+    observations: deque[Observation] = field(default_factory=lambda: deque(maxlen=OBSERVATIONS_LEN))
     applied_replicas: int | None = None
     warm_pool_replicas: int | None = None
     condition: str | None = None  # e.g. "OwnedByHPA: ..." when we refuse to act

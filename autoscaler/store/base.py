@@ -7,6 +7,7 @@ durably stored.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -58,7 +59,7 @@ class AlreadyExists(PermanentError):
 
 
 class PolicyStore(Protocol):
-    async def list(self, namespace: str | None = None) -> list[StoredTarget]: ...
+    async def list(self, namespace: str | None = None) -> builtins.list[StoredTarget]: ...
 
     async def get(self, ref: TargetRef) -> StoredTarget: ...
 
@@ -68,6 +69,6 @@ class PolicyStore(Protocol):
 
     async def delete(self, ref: TargetRef, if_match: str | None = None) -> None: ...
 
-    def watch(self) -> AsyncIterator[list[StoredTarget]]:
+    def watch(self) -> AsyncIterator[builtins.list[StoredTarget]]:
         """Yields the full target list each time it changes (first yield: current)."""
         ...

@@ -1,0 +1,263 @@
+"""The control loop: one reconcile per target per tick, all targets concurrently.
+
+A tick: observe the target (replicas, ready pods, capacity) -> read signals (missing,
+never zero, when a source fails) -> update the forecast -> `decide` (pure) -> actuate
+(leader only, direct mode only, re-deciding after a conflict) -> warm pool -> publish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from autoscaler.control.clock import Clock, MonotonicClock
+from autoscaler.control.ports import (
+    AlwaysLeader,
+    ClusterPort,
+    DecisionObserver,
+    LeaderPort,
+    PlannerPort,
+    SignalPort,
+    SignalReading,
+    TargetView,
+)
+from autoscaler.control.state import ControllerState, TargetStatus
+from autoscaler.domain import Decision, DecisionState, Forecast, Observation, TargetRef
+from autoscaler.errors import ActuationError, AutoscalerError, ConflictError
+from autoscaler.logging import get_logger
+from autoscaler.policy.core import decide
+from autoscaler.store.base import StoredTarget, TargetSpec
+
+log = get_logger(__name__)
+
+PlannerFactory = Callable[[TargetSpec], PlannerPort]
+
+
+class ControlLoop:
+    def __init__(
+        self,
+        state: ControllerState,
+        cluster: ClusterPort,
+        signals: SignalPort,
+        *,
+        planner_factory: PlannerFactory | None = None,
+        leader: LeaderPort | None = None,
+        clock: Clock | None = None,
+        observer: DecisionObserver | None = None,
+        tick_interval_s: float = 1.0,
+        max_conflict_retries: int = 3,
+    ) -> None:
+        self.state = state
+        self.cluster = cluster
+        self.signals = signals
+        self.planner_factory = planner_factory
+        self.leader = leader or AlwaysLeader()
+        self.clock = clock or MonotonicClock()
+        self.observer = observer
+        self.tick_interval_s = tick_interval_s
+        self.max_conflict_retries = max_conflict_retries
+        self._decision_states: dict[TargetRef, DecisionState] = {}
+        self._planners: dict[TargetRef, PlannerPort] = {}
+        self._next_due: dict[TargetRef, float] = {}
+
+    # -- targets --------------------------------------------------------------------------
+    def set_targets(self, targets: Iterable[StoredTarget]) -> None:
+        """Replace the target set; unchanged targets keep their decision history."""
+        seen: set[TargetRef] = set()
+        for stored in targets:
+            ref = stored.spec.ref
+            seen.add(ref)
+            st = self.state.targets.get(ref)
+            if st is None:
+                self.state.targets[ref] = TargetStatus(spec=stored.spec, version=stored.version)
+            elif st.version != stored.version or st.spec != stored.spec:
+                if st.spec.policy.prediction != stored.spec.policy.prediction:
+                    self._planners.pop(ref, None)
+                st.spec, st.version = stored.spec, stored.version
+                self._next_due.pop(ref, None)  # edits take effect on the next tick
+        for ref in list(self.state.targets):
+            if ref not in seen:
+                del self.state.targets[ref]
+                self._decision_states.pop(ref, None)
+                self._planners.pop(ref, None)
+                self._next_due.pop(ref, None)
+
+    # -- loop -----------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Tick forever at ``tick_interval_s`` (aligned to the clock, no drift)."""
+        next_t = self.clock.now()
+        while True:
+            await self.tick()
+            next_t += self.tick_interval_s
+            now = self.clock.now()
+            if next_t < now:  # a slow tick: skip missed slots instead of bursting
+                next_t = now
+            await self.clock.sleep(next_t - now)
+
+    async def tick(self) -> list[Decision]:
+        start = self.clock.now()
+        due = [
+            ref
+            for ref, st in self.state.targets.items()
+            if self._next_due.get(ref, start) <= start + 1e-9
+        ]
+        for ref in due:
+            interval = self.state.targets[ref].spec.policy.polling_interval
+            self._next_due[ref] = start + interval
+        results = await asyncio.gather(*(self._reconcile_guarded(ref) for ref in due))
+        self.state.ticks += 1
+        self.state.ready = True
+        if self.observer is not None:
+            self.observer.observe_tick(self.clock.now() - start)
+        return [d for d in results if d is not None]
+
+    async def _reconcile_guarded(self, ref: TargetRef) -> Decision | None:
+        try:
+            return await self.reconcile(ref)
+        except AutoscalerError as err:
+            log.warning("reconcile failed", target=str(ref), error=str(err))
+            st = self.state.targets.get(ref)
+            if st is not None:
+                st.condition = f"ReconcileFailed: {err}"
+            return None
+
+    # -- one target -----------------------------------------------------------------------
+    def _planner(self, spec: TargetSpec) -> PlannerPort | None:
+        if self.planner_factory is None or spec.policy.prediction is None:
+            return None
+        planner = self._planners.get(spec.ref)
+        if planner is None:
+            planner = self._planners[spec.ref] = self.planner_factory(spec)
+        return planner
+
+    async def _read_signals(self, spec: TargetSpec, view: TargetView, now: float) -> SignalReading:
+        try:
+            reading = await self.signals.read(spec, view, now)
+        except AutoscalerError as err:
+            # Missing data, never zero: the core holds replicas on an empty mapping.
+            reading = SignalReading(signals={}, pods_read=0, errors=(str(err),))
+        if reading.errors and self.observer is not None:
+            self.observer.observe_scrape_error(spec.ref)
+        return reading
+
+    async def reconcile(self, ref: TargetRef) -> Decision | None:
+        st = self.state.targets.get(ref)
+        if st is None:
+            return None
+        spec = st.spec
+        now = self.clock.now()
+        view = await self.cluster.observe(spec)
+        reading = await self._read_signals(spec, view, now)
+        planner = self._planner(spec)
+        forecast = None
+        if planner is not None:
+            planner.update(now, reading.signals, view)
+            forecast = planner.forecast(now)
+        obs = _observation(now, view, reading, forecast)
+        prev = self._decision_states.get(ref, DecisionState())
+        decision, new_state = decide(spec.policy, obs, prev, now)
+
+        can_write = self.leader.is_leader and spec.mode == "direct"
+        if view.owner_conflict is not None and spec.mode == "direct":
+            st.condition = f"OwnershipConflict: {view.owner_conflict}"
+            can_write = False
+        elif st.condition and st.condition.startswith("OwnershipConflict"):
+            st.condition = None
+        applied = False
+        if decision.changed and can_write:
+            decision, new_state, obs, applied = await self._apply(
+                spec, obs, prev, decision, new_state, view
+            )
+        self._decision_states[ref] = new_state
+        if can_write and spec.policy.warm_pool.enabled and planner is not None:
+            await self._size_warm_pool(st, planner, now, decision)
+        if decision.changed or applied:
+            try:
+                await self.cluster.record(spec, decision, applied)
+            except AutoscalerError as err:
+                log.warning("recording decision failed", target=str(ref), error=str(err))
+        if applied:
+            st.applied_replicas = decision.desired_replicas
+        await self.state.publish(ref, obs, decision)
+        if self.observer is not None:
+            self.observer.observe_decision(ref, decision)
+        log.info(
+            "decision",
+            target=str(ref),
+            current=decision.current_replicas,
+            desired=decision.desired_replicas,
+            reason=str(decision.reason),
+            applied=applied,
+            message=decision.message,
+        )
+        return decision
+
+    async def _apply(
+        self,
+        spec: TargetSpec,
+        obs: Observation,
+        prev: DecisionState,
+        decision: Decision,
+        new_state: DecisionState,
+        view: TargetView,
+    ) -> tuple[Decision, DecisionState, Observation, bool]:
+        """Write the decision; after a conflict, re-read and RE-DECIDE from the state
+        before this tick, so a stale decision is never applied."""
+        for attempt in range(self.max_conflict_retries + 1):
+            try:
+                await self.cluster.scale(spec, decision.desired_replicas, view.resource_version)
+                return decision, new_state, obs, True
+            except ConflictError as err:
+                log.info(
+                    "scale conflict, re-deciding",
+                    target=str(spec.ref),
+                    attempt=attempt,
+                    error=str(err),
+                )
+                view = await self.cluster.observe(spec)
+                obs = replace(
+                    obs,
+                    current_replicas=view.spec_replicas,
+                    ready_replicas=view.ready_replicas,
+                    pending_replicas=view.pending_replicas,
+                    capacity_max_replicas=view.capacity_max_replicas,
+                )
+                decision, new_state = decide(spec.policy, obs, prev, obs.t)
+                if not decision.changed:
+                    return decision, new_state, obs, False
+            except ActuationError as err:
+                log.warning("scale failed; nothing applied", target=str(spec.ref), error=str(err))
+                return decision, new_state, obs, False
+        log.warning("giving up after repeated conflicts", target=str(spec.ref))
+        return decision, new_state, obs, False
+
+    async def _size_warm_pool(
+        self, st: TargetStatus, planner: PlannerPort, now: float, decision: Decision
+    ) -> None:
+        pool = st.spec.policy.warm_pool
+        want = planner.warm_pool_size(now, decision.desired_replicas)
+        size = min(max(want, pool.min_replicas), pool.max_replicas)
+        peak = want > pool.min_replicas
+        if size == st.warm_pool_replicas:
+            return
+        try:
+            await self.cluster.set_warm_pool(st.spec, size, peak)
+            st.warm_pool_replicas = size
+        except AutoscalerError as err:
+            log.warning("warm pool resize failed", target=str(st.spec.ref), error=str(err))
+
+
+def _observation(
+    now: float, view: TargetView, reading: SignalReading, forecast: Forecast | None
+) -> Observation:
+    return Observation(
+        t=now,
+        current_replicas=view.spec_replicas,
+        ready_replicas=view.ready_replicas,
+        signals=dict(reading.signals),
+        pods_read=reading.pods_read,
+        pending_replicas=view.pending_replicas,
+        capacity_max_replicas=view.capacity_max_replicas,
+        forecast=forecast,
+    )

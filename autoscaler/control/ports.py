@@ -1,0 +1,92 @@
+"""What the control loop needs from the outside world, as small protocols.
+
+Adapters implement them over Kubernetes (`autoscaler.control.adapters`), over the local
+demo cluster, or over in-memory fakes in tests. The loop never imports kube or HTTP code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from autoscaler.domain import Decision, Forecast
+from autoscaler.store.base import TargetSpec
+
+
+@dataclass(frozen=True, slots=True)
+class PodEndpoint:
+    """A ready pod and where its metrics are served."""
+
+    name: str
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class TargetView:
+    """The scale target as the cluster reports it right now."""
+
+    spec_replicas: int
+    ready_replicas: int
+    resource_version: str = ""
+    pending_replicas: int = 0
+    pods: tuple[PodEndpoint, ...] = ()
+    capacity_max_replicas: int | None = None
+    cold_start_samples_s: tuple[float, ...] = ()
+    owner_conflict: str | None = None  # set when an HPA/ScaledObject owns the target
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReading:
+    signals: Mapping[str, float] = field(default_factory=dict)
+    pods_read: int | None = None
+    errors: tuple[str, ...] = ()
+
+
+class ClusterPort(Protocol):
+    async def observe(self, spec: TargetSpec) -> TargetView: ...
+
+    async def scale(self, spec: TargetSpec, replicas: int, resource_version: str) -> None:
+        """Write replicas; raise `ConflictError` when the object changed since read."""
+        ...
+
+    async def set_warm_pool(self, spec: TargetSpec, replicas: int, peak: bool) -> None: ...
+
+    async def record(self, spec: TargetSpec, decision: Decision, applied: bool) -> None:
+        """Events / status for a decision (best effort)."""
+        ...
+
+
+class SignalPort(Protocol):
+    async def read(self, spec: TargetSpec, view: TargetView, now: float) -> SignalReading: ...
+
+
+class PlannerPort(Protocol):
+    """Per-target forecaster: fed every tick, asked for demand at now + horizon."""
+
+    def update(self, t: float, signals: Mapping[str, float], view: TargetView) -> None: ...
+
+    def forecast(self, t: float) -> Forecast | None: ...
+
+    def warm_pool_size(self, t: float, replicas_now: int) -> int: ...
+
+
+class LeaderPort(Protocol):
+    @property
+    def is_leader(self) -> bool: ...
+
+
+class DecisionObserver(Protocol):
+    def observe_decision(self, ref: object, decision: Decision) -> None: ...
+
+    def observe_tick(self, duration_s: float) -> None: ...
+
+    def observe_scrape_error(self, ref: object) -> None: ...
+
+
+class AlwaysLeader:
+    """Single-instance mode (local demo, leader election disabled)."""
+
+    @property
+    def is_leader(self) -> bool:
+        return True

@@ -81,7 +81,8 @@ class Ewma:
             return replace(self, last_t=t, level=value, filt=replace(filt, run_sign=0))
         dt = t - self.last_t
         innovation = value - self.level
-        clipped, _ = filt.clip(t, dt, innovation, self.level)
+        # A sample after a pause longer than tau stands for a stale level: not a spike.
+        clipped = innovation if dt >= self.tau_s else filt.clip(t, dt, innovation, self.level)[0]
         level = max(0.0, self.level + decay(dt, self.tau_s) * clipped)
         return replace(self, last_t=t, level=level, filt=filt.update(t, dt, innovation, self.level))
 
@@ -103,7 +104,7 @@ class Holt:
     """
 
     level_tau_s: float = 120.0
-    trend_tau_s: float = 600.0
+    trend_tau_s: float = 1800.0
     damping_s: float | None = 600.0
     max_gap_s: float = 900.0
     robust: Robustness = DEFAULT_ROBUSTNESS
@@ -142,7 +143,8 @@ class Holt:
         trend = self.trend_per_s if dt <= self.level_tau_s else 0.0
         predicted = self.level + trend * dt
         innovation = value - predicted
-        clipped, _ = filt.clip(t, dt, innovation, predicted)
+        stale = dt >= self.level_tau_s  # long pause: the prediction, not the sample, is stale
+        clipped = innovation if stale else filt.clip(t, dt, innovation, predicted)[0]
         alpha = decay(dt, self.level_tau_s)
         level = predicted + alpha * clipped
         # Slope of the level change, smoothed: T += beta * alpha * e / dt (Wright's

@@ -19,7 +19,7 @@ system-deps:
 	bash scripts/system-deps.sh
 
 demo: install
-	$(BIN)/llm-autoscaler demo
+	$(BIN)/llm-autoscaler decide --policy examples/policy.yaml --signals examples/signals.jsonl
 
 lint: install
 	$(BIN)/ruff check autoscaler tests benchmarks

@@ -1,13 +1,13 @@
 """A local Kubernetes-API-compatible endpoint for tests and the embedded demo."""
 
 from autoscaler.kube.localapi.server import (
-    METRICS_PORT_ANNOTATION,
     ApiCall,
     DelayRuntime,
     LocalKubeAPI,
     PodEndpoint,
     PodRuntime,
 )
+from autoscaler.kube.names import METRICS_PORT_ANNOTATION
 
 __all__ = [
     "METRICS_PORT_ANNOTATION",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autoscaler.kube.names import CRD_GROUP, CRD_KIND, CRD_PLURAL, CRD_VERSION
+
 
 @dataclass(frozen=True, slots=True)
 class ResourceType:
@@ -25,11 +27,6 @@ class ResourceType:
         """``deployments.apps`` as in the real API's error messages."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
-
-CRD_GROUP = "autoscaling.llmscaler.io"
-CRD_VERSION = "v1alpha1"
-CRD_PLURAL = "llmautoscalers"
-CRD_KIND = "LLMAutoscaler"
 
 RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "pods", "Pod", status_subresource=True),

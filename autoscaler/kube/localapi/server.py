@@ -38,9 +38,9 @@ from autoscaler.kube.localapi.selectors import (
     parse_label_selector,
     selector_string,
 )
+from autoscaler.kube.names import METRICS_PORT_ANNOTATION
 
 Obj = dict[str, Any]
-METRICS_PORT_ANNOTATION = "autoscaling.llmscaler.io/metrics-port"
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
@@ -350,7 +350,7 @@ class LocalKubeAPI:
             rt, ns, name, sub = self._route(path)
         except ApiError as err:
             return web.json_response(err.status(), status=err.code)
-        watch = request.query.get("watch") in ("true", "1")
+        watch = _parse_bool(request.query.get("watch"))
         verb = _VERBS.get(method, "get")
         if method == "GET":
             verb = "watch" if watch else ("get" if name else "list")
@@ -723,7 +723,7 @@ class LocalKubeAPI:
         except SelectorError as err:
             raise ApiError(400, "BadRequest", str(err)) from None
         rv_param = q.get("resourceVersion") or "0"
-        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
+        bookmarks = _parse_bool(q.get("allowWatchBookmarks"))
         timeout_s = float(q["timeoutSeconds"]) if "timeoutSeconds" in q else None
         drop = next(
             (d for d in self._drops if d.times > 0 and d.path_contains in request.path), None
@@ -1097,6 +1097,11 @@ class LocalKubeAPI:
             rt, obj = owner
             self._reconcile_workload(rt, obj)
         self._schedule_pending()
+
+
+def _parse_bool(value: str | None) -> bool:
+    """Go's strconv.ParseBool truthy spellings (the client sends ``True``)."""
+    return value in ("1", "t", "T", "true", "TRUE", "True")
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:

@@ -175,13 +175,16 @@ class Holt:
 
 @dataclass(frozen=True, slots=True)
 class Seasonal:
-    """Holt plus a seasonal profile: ``level * profile(t + h) / profile(t)``.
+    """Holt plus a seasonal profile (multiplicative Holt-Winters on irregular times).
 
     The profile holds the mean (burst-filtered) value per bin of the period (e.g. 48
     half-hour bins of a day). A bin is committed when the series leaves it, blended with
     past periods (weight ``1/memory_periods``, a plain mean for the first visits), so
-    today's partial bin never biases the ratio. Until both bins around ``t`` and
-    ``t + h`` have history, the forecast is Holt's.
+    today's partial bin never biases the profile. Samples are deseasonalised against it
+    (``x / profile(t)``: how busy today is compared with the usual) and that ratio is
+    smoothed; the forecast is ``ratio * profile(t + h)``. A level smoothed on the raw
+    series would lag every daily ramp; the ratio is flat, so it does not. Until the
+    profile has history around ``t`` and ``t + h``, the forecast is Holt's.
     """
 
     base: Holt = Holt()
@@ -193,6 +196,7 @@ class Seasonal:
     acc_bin: int | None = None
     acc_sum: float = 0.0
     acc_s: float = 0.0
+    adjusted: Ewma | None = None  # smoothed x / profile(t)
     kind: ClassVar[str] = "seasonal"
 
     def __post_init__(self) -> None:
@@ -232,8 +236,15 @@ class Seasonal:
             profile, visits = self._commit(profile, visits, acc_bin, acc_sum, acc_s)
             acc_sum, acc_s = 0.0, 0.0
         weight_s = dt if dt > 0 else 1e-9
+        adjusted = self.adjusted
+        p_now = self._profile_at(t, profile, visits)
+        if p_now is not None:
+            eps = self._eps(profile, visits)
+            ratio = (clean + eps) / (p_now + eps)
+            adjusted = (adjusted or Ewma(tau_s=self.base.level_tau_s)).update(t, ratio)
         return replace(
             self,
+            adjusted=adjusted,
             base=base,
             profile=profile,
             visits=visits,
@@ -264,25 +275,34 @@ class Seasonal:
 
     def profile_at(self, t: float) -> float | None:
         """Profile value at ``t`` (linear between bin centres), ``None`` without history."""
-        if not self.visits:
+        return self._profile_at(t, self.profile, self.visits)
+
+    def _profile_at(
+        self, t: float, profile: tuple[float, ...], visits: tuple[float, ...]
+    ) -> float | None:
+        if not visits:
             return None
         pos = (t % self.period_s) / self.bin_width_s - 0.5
         lo = math.floor(pos)
         frac = pos - lo
         i0, i1 = lo % self.bins, (lo + 1) % self.bins
-        if self.visits[i0] <= 0 or self.visits[i1] <= 0:
+        if visits[i0] <= 0 or visits[i1] <= 0:
             return None
-        return self.profile[i0] * (1 - frac) + self.profile[i1] * frac
+        return profile[i0] * (1 - frac) + profile[i1] * frac
+
+    @staticmethod
+    def _eps(profile: tuple[float, ...], visits: tuple[float, ...]) -> float:
+        """Offset that keeps ratios finite in idle bins (10 % of the mean profile)."""
+        seen = [p for p, v in zip(profile, visits, strict=True) if v > 0]
+        return 0.1 * (sum(seen) / len(seen)) + 1e-9
 
     def predict(self, t: float, horizon_s: float) -> float | None:
         base = self.base.predict(t, horizon_s)
-        level = self.base.predict(t, 0.0)
-        if base is None or level is None:
+        if base is None:
             return None
-        p_now = self.profile_at(t)
         p_then = self.profile_at(t + horizon_s)
-        if p_now is None or p_then is None:
+        ratio = self.adjusted.predict(t, 0.0) if self.adjusted is not None else None
+        if p_then is None or ratio is None or self.profile_at(t) is None:
             return base
-        seen = [p for p, v in zip(self.profile, self.visits, strict=True) if v > 0]
-        eps = 0.1 * (sum(seen) / len(seen)) + 1e-9
-        return max(0.0, level * (p_then + eps) / (p_now + eps))
+        eps = self._eps(self.profile, self.visits)
+        return max(0.0, ratio * (p_then + eps) - eps)

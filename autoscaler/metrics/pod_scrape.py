@@ -1,0 +1,125 @@
+"""Scrape each ready pod's /metrics directly (no Prometheus in the loop).
+
+One `aiohttp.ClientSession` with a keep-alive `TCPConnector` is shared by every target,
+so a 1 s tick reuses connections instead of opening one per pod. A global semaphore
+bounds scrapes in flight across targets, each pod has its own timeout, and per-pod
+histories (for rates and windowed quantiles) live here, keyed by target and pod name.
+A pod whose scrape fails, times out, returns non-200 or an invalid page is unknown this
+tick (not counted in ``pods_read``); a pod not read successfully for ``stale_after_s``
+loses its history, so a restarted pod never produces a rate across the gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import aiohttp
+
+from autoscaler.errors import AutoscalerError
+from autoscaler.metrics.engines import read_snapshot
+from autoscaler.metrics.signals import DEFAULT_WINDOW_S, PodHistory, aggregate, observe
+from autoscaler.metrics.source import PodEndpoint, TargetReading
+
+ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeConfig:
+    timeout_s: float = 2.0
+    max_concurrency: int = 64
+    window_s: float = DEFAULT_WINDOW_S
+    stale_after_s: float = 10.0
+    engine: str = "auto"
+    max_page_bytes: int = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "window_s", "stale_after_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{name}={value}: must be > 0")
+        if self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency={self.max_concurrency}: must be >= 1")
+
+
+class PodScrapeSource:
+    """`MetricSource` reading pods over HTTP; create inside a running event loop."""
+
+    def __init__(self, config: ScrapeConfig | None = None) -> None:
+        self.config = config or ScrapeConfig()
+        self._semaphore = asyncio.Semaphore(self.config.max_concurrency)
+        self._session: aiohttp.ClientSession | None = None
+        self._histories: dict[str, dict[str, PodHistory]] = {}
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self.config.max_concurrency, keepalive_timeout=30.0, ttl_dns_cache=60
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
+                headers={"Accept": ACCEPT},
+                skip_auto_headers=("User-Agent",),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _fetch(self, pod: PodEndpoint) -> str:
+        session = self._client()
+        async with self._semaphore, session.get(pod.url) as resp:
+            if resp.status != 200:
+                raise AutoscalerError(f"HTTP {resp.status}")
+            body = await resp.content.read(self.config.max_page_bytes + 1)
+            if len(body) > self.config.max_page_bytes:
+                raise AutoscalerError(f"page larger than {self.config.max_page_bytes} bytes")
+            return body.decode("utf-8", errors="strict")
+
+    async def _scrape(self, pod: PodEndpoint) -> str | Exception:
+        try:
+            return await self._fetch(pod)
+        except TimeoutError:
+            return TimeoutError(f"timeout after {self.config.timeout_s}s")
+        except (aiohttp.ClientError, AutoscalerError, UnicodeDecodeError, OSError) as exc:
+            return exc
+
+    async def read(self, key: str, pods: Sequence[PodEndpoint], now: float) -> TargetReading:
+        pages = await asyncio.gather(*(self._scrape(p) for p in pods))
+        histories = self._histories.setdefault(key, {})
+        read: list[PodHistory] = []
+        errors: list[str] = []
+        for pod, page in zip(pods, pages, strict=True):
+            if isinstance(page, Exception):
+                errors.append(f"{pod.name}: {type(page).__name__}: {page}")
+                continue
+            try:
+                snapshot = read_snapshot(page, self.config.engine)
+            except AutoscalerError as exc:
+                errors.append(f"{pod.name}: {exc}")
+                continue
+            previous = histories.get(pod.name)
+            if previous is not None and now - previous.t > self.config.stale_after_s:
+                previous = None  # a gap: no rate across it
+            history = observe(previous, snapshot, now, self.config.window_s)
+            histories[pod.name] = history
+            read.append(history)
+        live = {p.name for p in pods}
+        for name in [n for n, h in histories.items() if n not in live]:
+            if now - histories[name].t > self.config.stale_after_s:
+                del histories[name]
+        return TargetReading(
+            t=now,
+            signals=aggregate(read),
+            pods_read=len(read),
+            pods_expected=len(pods),
+            errors=tuple(errors),
+        )
+
+    def forget(self, key: str) -> None:
+        """Drop a target's histories (target deleted)."""
+        self._histories.pop(key, None)

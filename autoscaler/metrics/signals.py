@@ -1,0 +1,209 @@
+"""Signals over time: per-pod counter rates and histogram windows, merged per target.
+
+Pure: no clock, no I/O; ``t`` is passed in. Semantics follow PromQL so that numbers
+match what users see in Grafana:
+- counters: ``rate(x[window])`` without extrapolation: (last - first) / (t_last - t_first)
+  over the scrapes inside the window; a value lower than the previous one is a reset
+  and counts as an increase from zero (as Prometheus does);
+- histograms: ``histogram_quantile(q, sum by (le) (rate(x_bucket[window])))``: bucket
+  increases over the window, summed over pods by ``le``, interpolated linearly inside
+  the bucket where the rank falls; the +Inf bucket yields the highest finite bound;
+- per target: counts are summed over the pods read, fractions averaged (and maxed),
+  quantiles computed over the merged bucket increases.
+Anything that cannot be computed (one scrape only, no observation in the window, no pod
+reporting the metric) is absent from the result, never 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from autoscaler.metrics.engines import EngineSnapshot
+from autoscaler.metrics.exposition import HistogramData
+
+DEFAULT_WINDOW_S = 60.0
+QUANTILES: tuple[tuple[str, str, float], ...] = (
+    ("ttft_p50_s", "ttft", 0.50),
+    ("ttft_p95_s", "ttft", 0.95),
+    ("ttft_p99_s", "ttft", 0.99),
+    ("itl_p95_s", "itl", 0.95),
+)
+RATES: tuple[tuple[str, str], ...] = (
+    ("arrival_rate_per_s", "requests"),
+    ("prompt_tokens_per_s", "prompt_tokens"),
+    ("generation_tokens_per_s", "generation_tokens"),
+    ("preemptions_per_s", "preemptions"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    """Reset-adjusted cumulative values at one scrape (monotonic across restarts)."""
+
+    t: float
+    counters: Mapping[str, float]
+    buckets: Mapping[str, Mapping[float, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class PodHistory:
+    """One pod's latest snapshot and its adjusted points inside the window."""
+
+    snapshot: EngineSnapshot
+    t: float
+    points: tuple[_Point, ...]
+
+
+def _counter_increase(prev: float, cur: float) -> float:
+    return cur - prev if cur >= prev else cur  # reset: the counter restarted from zero
+
+
+def _histogram_increase(prev: HistogramData | None, cur: HistogramData) -> dict[float, float]:
+    current = dict(zip(cur.bounds, cur.counts, strict=True))
+    if prev is None:
+        return dict.fromkeys(current, 0.0)
+    before = dict(zip(prev.bounds, prev.counts, strict=True))
+    reset = before.keys() != current.keys() or any(current[b] < before[b] for b in current)
+    if reset:
+        return current
+    return {b: current[b] - before[b] for b in current}
+
+
+def observe(
+    history: PodHistory | None, snapshot: EngineSnapshot, t: float, window_s: float
+) -> PodHistory:
+    """Add one successful scrape of a pod taken at ``t``; drops points older than the window."""
+    if history is None or t <= history.t:
+        if history is not None and t < history.t:
+            raise ValueError(f"t={t}: scrape times must not go backwards (last {history.t})")
+        first = _Point(
+            t,
+            dict(snapshot.counters),
+            {k: dict(zip(h.bounds, h.counts, strict=True)) for k, h in snapshot.histograms.items()},
+        )
+        return PodHistory(snapshot, t, (first,))
+    last = history.points[-1]
+    prev = history.snapshot
+    counters: dict[str, float] = {}
+    for key, value in snapshot.counters.items():
+        before = prev.counters.get(key)
+        base = last.counters.get(key)
+        if before is None or base is None:
+            counters[key] = value  # first sight of this counter: no increase yet
+        else:
+            counters[key] = base + _counter_increase(before, value)
+    buckets: dict[str, dict[float, float]] = {}
+    for key, hist in snapshot.histograms.items():
+        base_buckets = last.buckets.get(key)
+        increase = _histogram_increase(prev.histograms.get(key), hist)
+        if base_buckets is None:
+            buckets[key] = dict(zip(hist.bounds, hist.counts, strict=True))
+        else:
+            buckets[key] = {b: base_buckets.get(b, 0.0) + inc for b, inc in increase.items()}
+    point = _Point(t, counters, buckets)
+    keep = [p for p in history.points if p.t >= t - window_s]
+    return PodHistory(snapshot, t, (*keep, point))
+
+
+def pod_rates(history: PodHistory) -> dict[str, float]:
+    """Per-second counter rates over the window (needs two scrapes of the counter)."""
+    first, last = history.points[0], history.points[-1]
+    dt = last.t - first.t
+    if dt <= 0:
+        return {}
+    return {
+        key: (value - first.counters[key]) / dt
+        for key, value in last.counters.items()
+        if key in first.counters
+    }
+
+
+def pod_bucket_increases(history: PodHistory) -> dict[str, dict[float, float]]:
+    """Cumulative bucket increases over the window, by histogram and upper bound."""
+    first, last = history.points[0], history.points[-1]
+    if last.t <= first.t:
+        return {}
+    out: dict[str, dict[float, float]] = {}
+    for key, now in last.buckets.items():
+        then = first.buckets.get(key)
+        if then is not None:
+            out[key] = {b: c - then.get(b, 0.0) for b, c in now.items()}
+    return out
+
+
+def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
+    """Prometheus ``histogram_quantile`` over cumulative counts by upper bound.
+
+    Returns None where PromQL returns NaN (no +Inf bucket, fewer than two buckets, no
+    observations). Non-monotonic counts are fixed like Prometheus (running maximum).
+    """
+    if math.isnan(q):
+        return None
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    bounds = sorted(buckets)
+    if len(bounds) < 2 or bounds[-1] != math.inf:
+        return None
+    counts: list[float] = []
+    running = 0.0
+    for b in bounds:
+        running = max(running, buckets[b])
+        counts.append(running)
+    observations = counts[-1]
+    if observations <= 0:
+        return None
+    rank = q * observations
+    idx = next(i for i, c in enumerate(counts) if c >= rank)
+    if idx == len(bounds) - 1:
+        return bounds[-2]
+    if idx == 0 and bounds[0] <= 0:
+        return bounds[0]
+    start = 0.0
+    end = bounds[idx]
+    count = counts[idx]
+    if idx > 0:
+        start = bounds[idx - 1]
+        count -= counts[idx - 1]
+        rank -= counts[idx - 1]
+    if count == 0:
+        return start
+    return start + (end - start) * (rank / count)
+
+
+def merge_buckets(parts: Iterable[Mapping[float, float]]) -> dict[float, float]:
+    """``sum by (le)`` over pods."""
+    merged: dict[float, float] = {}
+    for part in parts:
+        for b, c in part.items():
+            merged[b] = merged.get(b, 0.0) + c
+    return merged
+
+
+def aggregate(histories: Sequence[PodHistory]) -> dict[str, float]:
+    """Canonical target signals from the pods read this tick (see module docstring)."""
+    out: dict[str, float] = {}
+    snaps = [h.snapshot for h in histories]
+    for key in ("waiting", "running"):
+        values = [s.gauges[key] for s in snaps if key in s.gauges]
+        if values:
+            out[key] = float(sum(values))
+    usage = [s.gauges["kv_cache_usage"] for s in snaps if "kv_cache_usage" in s.gauges]
+    if usage:
+        out["kv_cache_usage"] = sum(usage) / len(usage)
+        out["kv_cache_usage_max"] = max(usage)
+    rates = [pod_rates(h) for h in histories]
+    for signal, key in RATES:
+        values = [r[key] for r in rates if key in r]
+        if values:
+            out[signal] = sum(values)
+    increases = [pod_bucket_increases(h) for h in histories]
+    for signal, key, q in QUANTILES:
+        merged = merge_buckets(inc[key] for inc in increases if key in inc)
+        value = histogram_quantile(q, merged) if merged else None
+        if value is not None:
+            out[signal] = value
+    return out

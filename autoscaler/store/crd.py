@@ -1,0 +1,302 @@
+"""`PolicyStore` over the LLMAutoscaler custom resource (in-cluster source of truth).
+
+Versions are resourceVersions: a write with ``if_match`` sends it and a 409 from the API
+server becomes `PreconditionFailed` (HTTP 412 at the REST API). Objects that fail
+validation are left out of `list`/`watch` and kept in `invalid` with the reason, so one bad
+object never stops the others from being scaled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from autoscaler.domain import Decision, TargetRef
+from autoscaler.errors import ConfigError, PermanentError, TemporaryError
+from autoscaler.kube.crd import Condition, object_to_spec, spec_to_object, status_body
+from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL, CRD_VERSION
+from autoscaler.kube.retry import RetryPolicy, Sleep, backoff_s, describe, with_retries
+from autoscaler.logging import get_logger
+from autoscaler.store.base import (
+    AlreadyExists,
+    NotFound,
+    PreconditionFailed,
+    StoredTarget,
+    TargetSpec,
+)
+
+log = get_logger(__name__)
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def _rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+class CrdPolicyStore:
+    """Targets as LLMAutoscaler objects in one namespace (or all, ``namespace=None``)."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        namespace: str | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        sleep: Sleep = asyncio.sleep,
+        rand: Callable[[], float] = random.random,
+        wall_clock: Callable[[], float] = time.time,
+        watch_timeout_s: int = 240,
+    ) -> None:
+        self._api = client.CustomObjectsApi(api)
+        self.namespace = namespace
+        self._retry = retry or RetryPolicy()
+        self._sleep, self._rand, self._wall = sleep, rand, wall_clock
+        self._watch_timeout_s = watch_timeout_s
+        self.invalid: dict[TargetRef, str] = {}
+        self._status: dict[TargetRef, dict[str, Any]] = {}
+
+    # ------------------------------------------------------------------ helpers
+    def _kw(self, **extra: Any) -> dict[str, Any]:
+        return {"_request_timeout": self._retry.request_timeout_s, **extra}
+
+    async def _call(self, what: str, op: Callable[[], Any]) -> Any:
+        return await with_retries(
+            op, what=what, policy=self._retry, sleep=self._sleep, rand=self._rand
+        )
+
+    def _stored(self, obj: dict[str, Any]) -> StoredTarget:
+        return StoredTarget(spec=object_to_spec(obj), version=obj["metadata"]["resourceVersion"])
+
+    def _accept(self, items: Sequence[dict[str, Any]]) -> builtins.list[StoredTarget]:
+        out: builtins.list[StoredTarget] = []
+        for obj in items:
+            ref = TargetRef(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+            try:
+                out.append(self._stored(obj))
+                self.invalid.pop(ref, None)
+            except ConfigError as err:
+                if self.invalid.get(ref) != str(err):
+                    log.warning("invalid LLMAutoscaler ignored", target=str(ref), error=str(err))
+                self.invalid[ref] = str(err)
+        return sorted(out, key=lambda s: (s.spec.ref.namespace, s.spec.ref.name))
+
+    async def _list_raw(self, namespace: str | None) -> dict[str, Any]:
+        ns = namespace if namespace is not None else self.namespace
+        if ns is None:
+            op = lambda: self._api.list_cluster_custom_object(  # noqa: E731
+                CRD_GROUP, CRD_VERSION, CRD_PLURAL, **self._kw()
+            )
+        else:
+            op = lambda: self._api.list_namespaced_custom_object(  # noqa: E731
+                CRD_GROUP, CRD_VERSION, ns, CRD_PLURAL, **self._kw()
+            )
+        try:
+            result: dict[str, Any] = await self._call("list LLMAutoscalers", op)
+        except ApiException as err:
+            raise PermanentError(f"list LLMAutoscalers: {describe(err)}") from None
+        return result
+
+    # -------------------------------------------------------------- PolicyStore
+    async def list(self, namespace: str | None = None) -> builtins.list[StoredTarget]:
+        return self._accept((await self._list_raw(namespace)).get("items") or [])
+
+    async def get(self, ref: TargetRef) -> StoredTarget:
+        return self._stored(await self._get_raw(ref))
+
+    async def _get_raw(self, ref: TargetRef) -> dict[str, Any]:
+        try:
+            obj: dict[str, Any] = await self._call(
+                f"get LLMAutoscaler {ref}",
+                lambda: self._api.get_namespaced_custom_object(
+                    CRD_GROUP, CRD_VERSION, ref.namespace, CRD_PLURAL, ref.name, **self._kw()
+                ),
+            )
+        except ApiException as err:
+            if err.status == 404:
+                raise NotFound(f"LLMAutoscaler {ref} not found") from None
+            raise PermanentError(f"get LLMAutoscaler {ref}: {describe(err)}") from None
+        return obj
+
+    async def put(self, spec: TargetSpec, if_match: str | None = None) -> StoredTarget:
+        body = spec_to_object(spec)
+        ref = spec.ref
+        if if_match is not None:
+            return await self._replace(ref, body, if_match)
+        for _ in range(3):
+            try:
+                return self._stored(await self._create(ref, body))
+            except AlreadyExists:
+                pass
+            try:
+                current = await self._get_raw(ref)
+                return await self._replace(ref, body, current["metadata"]["resourceVersion"])
+            except (PreconditionFailed, NotFound):
+                continue  # someone wrote or deleted in between: try again
+        raise TemporaryError(f"put LLMAutoscaler {ref}: kept racing with other writers")
+
+    async def _create(self, ref: TargetRef, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            obj: dict[str, Any] = await self._call(
+                f"create LLMAutoscaler {ref}",
+                lambda: self._api.create_namespaced_custom_object(
+                    CRD_GROUP, CRD_VERSION, ref.namespace, CRD_PLURAL, body, **self._kw()
+                ),
+            )
+        except ApiException as err:
+            if err.status == 409:
+                raise AlreadyExists(f"LLMAutoscaler {ref} already exists") from None
+            raise PermanentError(f"create LLMAutoscaler {ref}: {describe(err)}") from None
+        return obj
+
+    async def _replace(self, ref: TargetRef, body: dict[str, Any], version: str) -> StoredTarget:
+        body = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
+        try:
+            obj = await self._call(
+                f"replace LLMAutoscaler {ref}",
+                lambda: self._api.replace_namespaced_custom_object(
+                    CRD_GROUP, CRD_VERSION, ref.namespace, CRD_PLURAL, ref.name, body, **self._kw()
+                ),
+            )
+        except ApiException as err:
+            if err.status == 409:
+                raise PreconditionFailed(
+                    f"LLMAutoscaler {ref}: version {version} is stale (changed since read)"
+                ) from None
+            if err.status == 404:
+                raise NotFound(f"LLMAutoscaler {ref} not found") from None
+            raise PermanentError(f"replace LLMAutoscaler {ref}: {describe(err)}") from None
+        return self._stored(obj)
+
+    async def delete(self, ref: TargetRef, if_match: str | None = None) -> None:
+        options = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(resource_version=if_match) if if_match else None
+        )
+        try:
+            await self._call(
+                f"delete LLMAutoscaler {ref}",
+                lambda: self._api.delete_namespaced_custom_object(
+                    CRD_GROUP,
+                    CRD_VERSION,
+                    ref.namespace,
+                    CRD_PLURAL,
+                    ref.name,
+                    body=options,
+                    **self._kw(),
+                ),
+            )
+        except ApiException as err:
+            if err.status == 404:
+                raise NotFound(f"LLMAutoscaler {ref} not found") from None
+            if err.status == 409:
+                raise PreconditionFailed(
+                    f"LLMAutoscaler {ref}: version {if_match} is stale (changed since read)"
+                ) from None
+            raise PermanentError(f"delete LLMAutoscaler {ref}: {describe(err)}") from None
+
+    async def watch(self) -> AsyncIterator[builtins.list[StoredTarget]]:
+        """Yields the full (valid) target list at start and after every change."""
+        objects: dict[tuple[str, str], dict[str, Any]] = {}
+        rv: str | None = None
+        failures = 0
+        while True:
+            try:
+                if rv is None:
+                    raw = await self._list_raw(None)
+                    objects = {
+                        (o["metadata"]["namespace"], o["metadata"]["name"]): o
+                        for o in raw.get("items") or []
+                    }
+                    rv = raw["metadata"]["resourceVersion"]
+                    yield self._accept(list(objects.values()))
+                w = watch.Watch()
+                try:
+                    if self.namespace is None:
+                        stream = w.stream(
+                            self._api.list_cluster_custom_object,
+                            CRD_GROUP,
+                            CRD_VERSION,
+                            CRD_PLURAL,
+                            resource_version=rv,
+                            allow_watch_bookmarks=True,
+                            timeout_seconds=self._watch_timeout_s,
+                        )
+                    else:
+                        stream = w.stream(
+                            self._api.list_namespaced_custom_object,
+                            CRD_GROUP,
+                            CRD_VERSION,
+                            self.namespace,
+                            CRD_PLURAL,
+                            resource_version=rv,
+                            allow_watch_bookmarks=True,
+                            timeout_seconds=self._watch_timeout_s,
+                        )
+                    async for event in stream:
+                        obj = event["raw_object"]
+                        rv = obj["metadata"]["resourceVersion"]
+                        if event["type"] == "BOOKMARK":
+                            continue
+                        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+                        if event["type"] == "DELETED":
+                            objects.pop(key, None)
+                        else:
+                            objects[key] = obj
+                        yield self._accept(list(objects.values()))
+                finally:
+                    await w.close()
+                failures = 0
+            except ApiException as err:
+                if err.status == 410:
+                    rv = None
+                    continue
+                failures += 1
+                await self._sleep(backoff_s(min(failures, 6), self._retry, self._rand))
+            except (TimeoutError, aiohttp.ClientError, TemporaryError):
+                failures += 1
+                await self._sleep(backoff_s(min(failures, 6), self._retry, self._rand))
+
+    # ----------------------------------------------------------------- status
+    async def write_status(
+        self,
+        ref: TargetRef,
+        decision: Decision | None,
+        *,
+        conditions: Sequence[Condition] = (),
+        observed_generation: int | None = None,
+    ) -> None:
+        """Merge-patch the status subresource with the last decision and conditions."""
+        status = status_body(
+            decision,
+            now_rfc3339=_rfc3339(self._wall()),
+            conditions=conditions,
+            previous=self._status.get(ref),
+            observed_generation=observed_generation,
+        )
+        body = {"status": status}
+        try:
+            await self._call(
+                f"patch LLMAutoscaler {ref} status",
+                lambda: self._api.patch_namespaced_custom_object_status(
+                    CRD_GROUP,
+                    CRD_VERSION,
+                    ref.namespace,
+                    CRD_PLURAL,
+                    ref.name,
+                    body,
+                    **self._kw(_content_type=MERGE_PATCH),
+                ),
+            )
+        except ApiException as err:
+            if err.status == 404:
+                raise NotFound(f"LLMAutoscaler {ref} not found") from None
+            raise PermanentError(f"patch LLMAutoscaler {ref} status: {describe(err)}") from None
+        self._status[ref] = status

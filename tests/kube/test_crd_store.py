@@ -1,0 +1,154 @@
+"""CrdPolicyStore against the local API: round trip, stale versions, watch, status."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from autoscaler.domain import Decision, Reason, TargetRef
+from autoscaler.errors import ConfigError
+from autoscaler.kube.crd import Condition, object_to_spec, spec_to_object
+from autoscaler.kube.localapi import LocalKubeAPI
+from autoscaler.policy.schema import load_policy
+from autoscaler.store.base import NotFound, PreconditionFailed, ScaleTargetRef, TargetSpec
+from autoscaler.store.crd import CrdPolicyStore
+from tests.kube.conftest import FakeSleep
+
+GROUP = "autoscaling.llmscaler.io"
+
+
+def spec(name: str = "llm", max_replicas: int = 8) -> TargetSpec:
+    return TargetSpec(
+        ref=TargetRef("default", name),
+        policy=load_policy({"minReplicaCount": 1, "maxReplicaCount": max_replicas}),
+        scale_target_ref=ScaleTargetRef(kind="Deployment", name=f"{name}-vllm"),
+        mode="advisory",
+        metrics_port=8080,
+        selector={"app": name},
+    )
+
+
+def test_spec_object_round_trip_keeps_every_field() -> None:
+    s = spec()
+    obj = spec_to_object(s)
+    obj["metadata"]["resourceVersion"] = "1"
+    assert obj["spec"]["scaleTargetRef"]["name"] == "llm-vllm"
+    assert obj["spec"]["selector"] == {"matchLabels": {"app": "llm"}}
+    assert object_to_spec(obj) == s
+
+
+def test_invalid_object_names_field_value_and_rule() -> None:
+    obj: dict[str, Any] = spec_to_object(spec())
+    obj["spec"]["mode"] = "yolo"
+    obj["spec"]["maxReplicaCount"] = 0
+    with pytest.raises(ConfigError) as err:
+        object_to_spec(obj)
+    text = str(err.value)
+    assert "spec.mode: value 'yolo' must be one of direct, keda, advisory" in text
+    assert "spec.maxReplicaCount" in text
+
+
+async def test_put_get_list_delete_round_trip(kapi: LocalKubeAPI, kclient: ApiClient) -> None:
+    store = CrdPolicyStore(kclient, "default")
+    stored = await store.put(spec())
+    assert (await store.get(TargetRef("default", "llm"))).spec == spec()
+    assert [t.spec.ref.name for t in await store.list()] == ["llm"]
+    raw = kapi.get("llmautoscalers", "default", "llm", GROUP)
+    assert raw is not None and raw["metadata"]["resourceVersion"] == stored.version
+    await store.delete(TargetRef("default", "llm"), if_match=stored.version)
+    with pytest.raises(NotFound):
+        await store.get(TargetRef("default", "llm"))
+
+
+async def test_stale_version_is_a_precondition_failure(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    store = CrdPolicyStore(kclient, "default")
+    first = await store.put(spec(max_replicas=8))
+    second = await store.put(spec(max_replicas=10), if_match=first.version)
+    with pytest.raises(PreconditionFailed, match="stale"):
+        await store.put(spec(max_replicas=12), if_match=first.version)
+    with pytest.raises(PreconditionFailed):
+        await store.delete(TargetRef("default", "llm"), if_match=first.version)
+    current = await store.get(TargetRef("default", "llm"))
+    assert current.version == second.version
+    assert current.spec.policy.max_replica_count == 10
+
+
+async def test_put_without_version_replaces_existing(kclient: ApiClient) -> None:
+    store = CrdPolicyStore(kclient, "default")
+    await store.put(spec(max_replicas=8))
+    await store.put(spec(max_replicas=9))
+    assert (await store.get(TargetRef("default", "llm"))).spec.policy.max_replica_count == 9
+
+
+async def test_invalid_object_is_skipped_and_reported(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    store = CrdPolicyStore(kclient, "default")
+    await store.put(spec("good"))
+    bad = spec_to_object(spec("bad"))
+    bad["spec"]["metricsPort"] = 0
+    kapi.create("llmautoscalers", bad, GROUP)
+    assert [t.spec.ref.name for t in await store.list()] == ["good"]
+    assert "spec.metricsPort: value 0" in store.invalid[TargetRef("default", "bad")]
+
+
+async def test_watch_yields_full_list_on_each_change_across_a_dropped_stream(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    store = CrdPolicyStore(kclient, None, sleep=FakeSleep())
+    await store.put(spec("a"))
+    seen: list[list[str]] = []
+    gen = store.watch()
+
+    async def next_names() -> list[str]:
+        targets = await asyncio.wait_for(anext(gen), 5)
+        names = [t.spec.ref.name for t in targets]
+        seen.append(names)
+        return names
+
+    try:
+        assert await next_names() == ["a"]
+        await store.put(spec("b"))
+        assert await next_names() == ["a", "b"]
+        kapi.drop_all_watches()
+        kapi.delete("llmautoscalers", "default", "a", GROUP)
+        assert await next_names() == ["b"]
+        kapi.drop_all_watches()
+        await store.put(spec("c"))
+        kapi.compact()
+        names = await next_names()
+        while names != ["b", "c"]:
+            names = await next_names()
+    finally:
+        await gen.aclose()
+
+
+async def test_write_status_sets_decision_and_keeps_transition_time(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    now = [1_700_000_000.0]
+    store = CrdPolicyStore(kclient, "default", wall_clock=lambda: now[0])
+    await store.put(spec())
+    ref = TargetRef("default", "llm")
+    decision = Decision(
+        t=0.0, current_replicas=2, desired_replicas=3, reason=Reason.SCALE_UP,
+        message="waiting 14 > 4 x 3 replicas", active=True,
+    )  # fmt: skip
+    active = Condition("ScalingActive", "True", "ScaleUp", "ok")
+    await store.write_status(ref, decision, conditions=[active], observed_generation=1)
+    now[0] += 60
+    await store.write_status(ref, decision, conditions=[active], observed_generation=1)
+    obj = kapi.get("llmautoscalers", "default", "llm", GROUP)
+    assert obj is not None
+    status = obj["status"]
+    assert status["desiredReplicas"] == 3 and status["lastReason"] == "scale-up"
+    assert status["lastMessage"] == "waiting 14 > 4 x 3 replicas"
+    assert status["conditions"][0]["lastTransitionTime"] == "2023-11-14T22:13:20Z"
+    assert status["lastDecisionTime"] == "2023-11-14T22:14:20Z"
+    # The status write did not change the spec's generation.
+    assert obj["metadata"]["generation"] == 1

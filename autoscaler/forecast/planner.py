@@ -36,6 +36,7 @@ RATE_SIGNALS: tuple[str, ...] = (
     "generation_tokens_per_s",
 )
 LOAD_SIGNALS: tuple[str, ...] = ("running", "waiting", "kv_cache_usage", "kv_cache_usage_max")
+_INTENSITY = Ewma(tau_s=600.0)
 
 
 class PredictionLike(Protocol):
@@ -125,7 +126,8 @@ class Planner:
         self.config = config if config is not None else PlannerConfig()
         self.models: dict[str, Forecaster] = {}
         self.loads: dict[str, Ewma] = {}
-        self.intensity: dict[str, Ewma] = {}  # load signal per unit of driver rate
+        # load signal per unit of driver rate: (smoothed load, smoothed rate)
+        self.intensity: dict[str, tuple[Ewma, Ewma]] = {}
         self.cold_start = ColdStartEstimator(
             prior_s=self.config.cold_start_prior_s,
             min_pods_to_learn=self.config.min_pods_to_learn,
@@ -174,16 +176,25 @@ class Planner:
             load = self.loads.get(name, Ewma(tau_s=self.config.load_tau_s))
             self.loads[name] = load.update(t, _checked(name, value))
         driver = self._driver()
-        if driver is not None:
-            rate = self.models[driver].level
-            if rate is not None and rate >= self.config.min_rate_for_ratio:
-                for name, load in self.loads.items():
-                    if load.level is not None and load.last_t == t:
-                        k = self.intensity.get(name, Ewma(tau_s=600.0))
-                        self.intensity[name] = k.update(t, load.level / rate)
+        rate_now = signals.get(driver) if driver is not None else None
+        if rate_now is not None and rate_now >= self.config.min_rate_for_ratio:
+            # Both sides smoothed alike, so the ratio stays unbiased through transients.
+            for name in self.config.load_signals:
+                value = signals.get(name)
+                if value is None:
+                    continue
+                num, den = self.intensity.get(name, (_INTENSITY, _INTENSITY))
+                self.intensity[name] = (num.update(t, value), den.update(t, rate_now))
         if ready_replicas is not None:
             self.capacity = self.capacity.observe(t, ready_replicas, signals)
         self.last_t = t
+
+    def intensity_of(self, name: str) -> float | None:
+        """Learned load signal per unit of driver rate (e.g. running per request/s)."""
+        pair = self.intensity.get(name)
+        if pair is None or pair[0].level is None or not pair[1].level:
+            return None
+        return pair[0].level / pair[1].level
 
     def _driver(self) -> str | None:
         """The first configured rate signal with data: it drives the load forecasts."""
@@ -215,8 +226,7 @@ class Planner:
                 ratio = min(driver_pred / now, self.config.max_ratio)
         for name, load in self.loads.items():
             level = load.predict(t, 0.0)
-            k = self.intensity.get(name)
-            k_level = k.level if k is not None else None
+            k_level = self.intensity_of(name)
             if ratio is not None and level is not None:
                 out[name] = level * ratio
             elif driver_pred is not None and k_level is not None and level is not None:

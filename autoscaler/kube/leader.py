@@ -70,7 +70,8 @@ class LeaderElector:
     ) -> None:
         if not identity:
             raise ConfigError("leader election identity: must be non-empty (use the pod name)")
-        self._api = client.CoordinationV1Api(api)
+        # Any: the stubs want V1Lease models; the client serialises plain dicts the same way.
+        self._api: Any = client.CoordinationV1Api(api)
         self.config = config
         self.identity = identity
         self._clock, self._wall, self._sleep = clock, wall_clock, sleep

@@ -168,3 +168,6 @@ class PlannerAdapter:
     def warm_pool_size(self, t: float, replicas_now: int) -> int:
         lead_s = self.spec.policy.warm_pool.lead_time_seconds
         return self.planner.warm_pool_size(t, lead_s, replicas_now)
+
+    def numbers(self) -> Mapping[str, float]:
+        return self.planner.numbers()

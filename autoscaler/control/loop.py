@@ -172,6 +172,8 @@ class ControlLoop:
         self._decision_states[ref] = new_state
         if can_write and spec.policy.warm_pool.enabled and planner is not None:
             await self._size_warm_pool(st, planner, now, decision)
+        if planner is not None:
+            decision = replace(decision, numbers={**planner.numbers(), **decision.numbers})
         if decision.changed or applied:
             try:
                 await self.cluster.record(spec, decision, applied)

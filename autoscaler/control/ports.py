@@ -70,6 +70,10 @@ class PlannerPort(Protocol):
 
     def warm_pool_size(self, t: float, replicas_now: int) -> int: ...
 
+    def numbers(self) -> Mapping[str, float]:
+        """Every number behind the last forecast (merged into the decision's numbers)."""
+        ...
+
 
 class LeaderPort(Protocol):
     @property

@@ -11,7 +11,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-COMMANDS: tuple[str, ...] = ("decide",)
+COMMANDS: tuple[str, ...] = (
+    "decide",
+    "demo",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from autoscaler.domain import Decision, Forecast
+from autoscaler.domain import Decision, Forecast, TargetRef
 from autoscaler.store.base import TargetSpec
 
 
@@ -81,11 +81,11 @@ class LeaderPort(Protocol):
 
 
 class DecisionObserver(Protocol):
-    def observe_decision(self, ref: object, decision: Decision) -> None: ...
+    def observe_decision(self, ref: TargetRef, decision: Decision) -> None: ...
 
     def observe_tick(self, duration_s: float) -> None: ...
 
-    def observe_scrape_error(self, ref: object) -> None: ...
+    def observe_scrape_error(self, ref: TargetRef) -> None: ...
 
 
 class AlwaysLeader:

@@ -1,0 +1,24 @@
+"""`SignalPort` over a metrics source (pod scrape or Prometheus)."""
+
+from __future__ import annotations
+
+from autoscaler.control.ports import SignalReading, TargetView
+from autoscaler.metrics.source import MetricSource, PodEndpoint
+from autoscaler.store.base import TargetSpec
+
+
+class SourceSignals:
+    """Reads the view's ready pods through ``source``; unread pods stay unknown."""
+
+    def __init__(self, source: MetricSource) -> None:
+        self.source = source
+
+    async def read(self, spec: TargetSpec, view: TargetView, now: float) -> SignalReading:
+        pods = [PodEndpoint(p.name, p.url) for p in view.pods]
+        reading = await self.source.read(str(spec.ref), pods, now)
+        return SignalReading(
+            signals=dict(reading.signals), pods_read=reading.pods_read, errors=reading.errors
+        )
+
+    async def close(self) -> None:
+        await self.source.close()

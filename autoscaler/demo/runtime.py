@@ -1,0 +1,31 @@
+"""Runs each pod the local API schedules as an emulated vLLM replica on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from autoscaler.emulator.fleet import EmulatorFleet
+from autoscaler.kube.localapi.server import PodEndpoint
+
+
+class EmulatorRuntime:
+    """`PodRuntime`: a new pod becomes a new emulator; Ready once its cold start is over
+    (its /health answers 200); a deleted pod drains its in-flight requests."""
+
+    def __init__(self, fleet: EmulatorFleet, cold_start_s: float, poll_s: float = 0.05) -> None:
+        self.fleet = fleet
+        self.cold_start_s = cold_start_s
+        self.poll_s = poll_s
+
+    async def start(self, pod: dict[str, Any]) -> PodEndpoint:
+        name = pod["metadata"]["name"]
+        replica = await self.fleet.start_replica(name, cold_start_s=self.cold_start_s)
+        while not replica.ready:  # noqa: ASYNC110 (the emulator exposes no ready event)
+            await asyncio.sleep(self.poll_s)
+        return PodEndpoint(ip="127.0.0.1", metrics_port=replica.port)
+
+    async def stop(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        if name in self.fleet.replicas:
+            await self.fleet.stop_replica(name, drain=True)

@@ -126,7 +126,7 @@ def test_dependencies_install_only_from_the_lock() -> None:
 
 
 def _lock() -> dict[str, str]:
-    pins = {}
+    pins: dict[str, str] = {}
     for line in LOCK.read_text().splitlines():
         if not line.strip() or line.startswith("#"):
             continue

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -26,7 +25,7 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.kube.names import METRICS_PORT_ANNOTATION
-from autoscaler.kube.retry import RetryPolicy, Sleep, backoff_s
+from autoscaler.kube.retry import RetryPolicy, Sleep, backoff_s, read_json
 
 log = structlog.get_logger(__name__)
 
@@ -213,7 +212,7 @@ class PodWatcher:
             "_request_timeout": self._retry.request_timeout_s,
         }
         resp: Any = await self._core.list_namespaced_pod(self.namespace, **kw)
-        body = json.loads(await resp.read())
+        body = await read_json(resp)
         self._pods = {p["metadata"]["uid"]: p for p in body.get("items") or []}
         for pod in self._pods.values():
             self._sample(pod)

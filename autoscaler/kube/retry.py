@@ -8,10 +8,11 @@ and re-decide. Other 4xx are permanent and re-raised as the original `ApiExcepti
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -93,3 +94,16 @@ async def with_retries(
                 await sleep(max(delay, min(hint, policy.max_delay_s)) if hint else delay)
     assert last is not None
     raise exhausted(f"{what}: gave up after {policy.attempts} attempts: {describe(last)}")
+
+
+async def read_json(resp: Any) -> Any:
+    """Body of a ``_preload_content=False`` response, raising `ApiException` on non-2xx
+    (the client only checks the status when it preloads)."""
+    status = int(resp.status)
+    if not 200 <= status <= 299:
+        err = ApiException(status=status, reason=str(resp.reason))
+        err.body = await resp.text()
+        err.headers = resp.headers
+        resp.release()
+        raise err
+    return json.loads(await resp.read())

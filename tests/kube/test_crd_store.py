@@ -136,9 +136,13 @@ async def test_write_status_sets_decision_and_keeps_transition_time(
     await store.put(spec())
     ref = TargetRef("default", "llm")
     decision = Decision(
-        t=0.0, current_replicas=2, desired_replicas=3, reason=Reason.SCALE_UP,
-        message="waiting 14 > 4 x 3 replicas", active=True,
-    )  # fmt: skip
+        t=0.0,
+        current_replicas=2,
+        desired_replicas=3,
+        reason=Reason.SCALE_UP,
+        message="waiting 14 > 4 x 3 replicas",
+        active=True,
+    )
     active = Condition("ScalingActive", "True", "ScaleUp", "ok")
     await store.write_status(ref, decision, conditions=[active], observed_generation=1)
     now[0] += 60

@@ -1,0 +1,103 @@
+"""Kubernetes Events (``core/v1``) on the scale target for every scale change.
+
+``kubectl describe deployment`` then shows why each change happened, with the decision's
+reason sentence as the message.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from autoscaler.domain import Decision, Reason
+from autoscaler.kube.names import COMPONENT
+from autoscaler.logging import get_logger
+from autoscaler.store.base import TargetSpec
+
+log = get_logger(__name__)
+_MAX_MESSAGE = 1024
+
+
+def _rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _micro(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
+
+
+def event_reason(decision: Decision) -> str:
+    """CamelCase event reason, as Kubernetes components use (``ScaledUp``...)."""
+    if decision.desired_replicas > decision.current_replicas:
+        return "ScaledUp"
+    if decision.desired_replicas < decision.current_replicas:
+        return "ScaledDown"
+    return "".join(part.capitalize() for part in str(decision.reason).split("-"))
+
+
+class EventRecorder:
+    """`RecorderPort`: ``record(spec, decision, applied)`` emits one Event per change."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        instance: str | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        request_timeout_s: float = 5.0,
+    ) -> None:
+        self._core: Any = client.CoreV1Api(api)
+        self.instance = instance or socket.gethostname()
+        self._wall = wall_clock
+        self._timeout = request_timeout_s
+        self.emitted = 0
+
+    async def record(self, spec: TargetSpec, decision: Decision, applied: bool) -> None:
+        if not applied or not decision.changed:
+            return
+        warning = Reason.CAPACITY_LIMITED in decision.limits
+        message = (
+            f"{decision.current_replicas} -> {decision.desired_replicas} replicas: "
+            f"{decision.message}"
+        )
+        await self.emit(spec, event_reason(decision), message, warning=warning)
+
+    async def emit(self, spec: TargetSpec, reason: str, message: str, *, warning: bool) -> None:
+        """Best effort: an Event that cannot be written is logged, never fatal."""
+        now = self._wall()
+        ref = spec.scale_target_ref
+        ns = spec.ref.namespace
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{ref.name}.{uuid.uuid4().hex[:16]}", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": ref.api_version,
+                "kind": ref.kind,
+                "name": ref.name,
+                "namespace": ns,
+            },
+            "reason": reason,
+            "message": message[:_MAX_MESSAGE],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.instance,
+            "firstTimestamp": _rfc3339(now),
+            "lastTimestamp": _rfc3339(now),
+            "eventTime": _micro(now),
+            "action": "Scale",
+            "count": 1,
+        }
+        try:
+            await self._core.create_namespaced_event(ns, body, _request_timeout=self._timeout)
+            self.emitted += 1
+        except (ApiException, TimeoutError, OSError) as err:
+            log.warning("event not written", target=str(spec.ref), error=str(err))

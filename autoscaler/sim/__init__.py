@@ -1,0 +1,1 @@
+"""Trace-driven simulator: vLLM replica model, GPU cluster, traces and baseline policies."""

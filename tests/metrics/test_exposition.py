@@ -98,7 +98,11 @@ def test_histogram_lines_in_any_order_merge_by_le() -> None:
 
 
 def test_exemplars_are_accepted_and_ignored() -> None:
-    text = '# TYPE h histogram\nh_bucket{le="1"} 2 # {trace_id="abc"} 0.3 1520879607.789\nh_bucket{le="+Inf"} 2\n# EOF\n'
+    text = (
+        "# TYPE h histogram\n"
+        'h_bucket{le="1"} 2 # {trace_id="abc"} 0.3 1520879607.789\n'
+        'h_bucket{le="+Inf"} 2\n# EOF\n'
+    )
     page = parse_page(text, ["h"])
     assert [s.value for s in page.families["h"].samples] == [2.0, 2.0]
 

@@ -1,0 +1,68 @@
+"""Real aiohttp servers on 127.0.0.1 serving vLLM V1 pages whose values tests control."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0]
+
+
+@dataclass
+class FakeVllm:
+    """One pod's engine state, exported with vLLM V1 names and labels."""
+
+    model: str = "llama"
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    status: int = 200
+
+    def __post_init__(self) -> None:
+        names = ["model_name", "engine"]
+        r = self.registry
+        self.waiting = Gauge("vllm:num_requests_waiting", "waiting", names, registry=r)
+        self.running = Gauge("vllm:num_requests_running", "running", names, registry=r)
+        self.gpu_kv = Gauge("vllm:gpu_cache_usage_perc", "kv", names, registry=r)
+        self.kv = Gauge("vllm:kv_cache_usage_perc", "kv", names, registry=r)
+        self.prompt = Counter("vllm:prompt_tokens", "prompt", names, registry=r)
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds", "ttft", names, buckets=TTFT_BUCKETS, registry=r
+        )
+
+    def key(self) -> tuple[str, str]:
+        return (self.model, "0")
+
+    def set(self, waiting: float, running: float, kv: float) -> None:
+        self.waiting.labels(*self.key()).set(waiting)
+        self.running.labels(*self.key()).set(running)
+        self.gpu_kv.labels(*self.key()).set(kv)
+        self.kv.labels(*self.key()).set(kv)
+
+    def serve(self, prompt_tokens: float, ttfts: list[float]) -> None:
+        self.prompt.labels(*self.key()).inc(prompt_tokens)
+        child = self.ttft.labels(*self.key())  # exported from now on, even if empty
+        for v in ttfts:
+            child.observe(v)
+
+    def page(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+async def start_pods(pods: list[FakeVllm]) -> tuple[web.AppRunner, list[str]]:
+    """One server, one path per pod (``/pod/<i>/metrics``); returns runner and URLs."""
+
+    async def handler(request: web.Request) -> web.Response:
+        pod = pods[int(request.match_info["i"])]
+        if pod.status != 200:
+            return web.Response(status=pod.status, text="unavailable")
+        return web.Response(body=pod.page(), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/pod/{i}/metrics", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, [f"http://127.0.0.1:{port}/pod/{i}/metrics" for i in range(len(pods))]

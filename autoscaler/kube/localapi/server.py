@@ -906,7 +906,9 @@ class LocalKubeAPI:
         if len(pods) > want:
             victims = _victims(pods, len(pods) - want)
             for p in victims:
-                self._delete(pods_rt, p["metadata"]["namespace"], p["metadata"]["name"])
+                key = (p["metadata"]["namespace"], p["metadata"]["name"])
+                if key in self._objects[pods_rt]:  # a nested reconcile may have taken it
+                    self._delete(pods_rt, *key)
         self._update_workload_status(rt, owner)
 
     def _update_workload_status(self, rt: ResourceType, owner: Obj) -> None:

@@ -1,0 +1,102 @@
+"""The local API endpoint's own semantics, through kubernetes-asyncio over a socket."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from autoscaler.kube.localapi import LocalKubeAPI
+from autoscaler.kube.localapi.patch import json_patch, merge_patch
+from autoscaler.kube.localapi.selectors import SelectorError, parse_label_selector
+from autoscaler.kube.rbac import REQUIRED_RULES, allowed
+from tests.kube.conftest import ALL_CALLS, deployment
+
+
+def test_label_selector_operators() -> None:
+    sel = parse_label_selector("app=llm,tier!=batch,zone in (a, b),gpu,!spot,env notin (dev)")
+    assert sel({"app": "llm", "zone": "a", "gpu": "h100", "env": "prod"})
+    assert not sel({"app": "llm", "zone": "c", "gpu": "h100"})
+    assert not sel({"app": "llm", "zone": "a", "gpu": "h100", "spot": "1"})
+    assert not sel({"app": "llm", "zone": "a", "gpu": "h100", "tier": "batch"})
+    assert not sel({"app": "llm", "zone": "a", "gpu": "h100", "env": "dev"})
+    with pytest.raises(SelectorError):
+        parse_label_selector("app in app")
+
+
+def test_patches_follow_rfc7386_and_rfc6902() -> None:
+    doc = {"spec": {"replicas": 1, "paused": True}, "metadata": {"name": "x"}}
+    assert merge_patch(doc, {"spec": {"replicas": 3, "paused": None}}) == {
+        "spec": {"replicas": 3},
+        "metadata": {"name": "x"},
+    }
+    ops = [
+        {"op": "test", "path": "/spec/replicas", "value": 1},
+        {"op": "replace", "path": "/spec/replicas", "value": 2},
+    ]
+    assert json_patch(doc, ops)["spec"]["replicas"] == 2
+
+
+async def test_not_found_is_a_status_object(kapi: LocalKubeAPI, kclient: ApiClient) -> None:
+    with pytest.raises(ApiException) as err:
+        await client.AppsV1Api(kclient).read_namespaced_deployment_scale("nope", "default")
+    body = json.loads(err.value.body)
+    assert err.value.status == 404
+    assert (body["kind"], body["reason"], body["code"]) == ("Status", "NotFound", 404)
+    assert body["message"] == 'deployments.apps "nope" not found'
+
+
+async def test_negative_replicas_is_422_and_json_patch_works(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    kapi.create("deployments", deployment("llm"), "apps")
+    apps = client.AppsV1Api(kclient)
+    with pytest.raises(ApiException) as err:
+        await apps.patch_namespaced_deployment_scale(
+            "llm", "default", [{"op": "replace", "path": "/spec/replicas", "value": -1}]
+        )
+    assert err.value.status == 422
+    scale = await apps.patch_namespaced_deployment_scale(
+        "llm", "default", [{"op": "replace", "path": "/spec/replicas", "value": 4}]
+    )
+    assert scale.spec.replicas == 4
+
+
+async def test_stale_replace_is_409_and_create_twice_is_already_exists(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    kapi.create(
+        "leases",
+        {"metadata": {"name": "l", "namespace": "default"}, "spec": {}},
+        "coordination.k8s.io",
+    )
+    coord = client.CoordinationV1Api(kclient)
+    lease = await coord.read_namespaced_lease("l", "default")
+    await coord.replace_namespaced_lease("l", "default", lease)
+    with pytest.raises(ApiException) as err:
+        await coord.replace_namespaced_lease("l", "default", lease)  # old resourceVersion
+    assert (err.value.status, json.loads(err.value.body)["reason"]) == (409, "Conflict")
+    with pytest.raises(ApiException) as err:
+        await coord.create_namespaced_lease("default", {"metadata": {"name": "l"}, "spec": {}})
+    assert json.loads(err.value.body)["reason"] == "AlreadyExists"
+
+
+async def test_deployment_controller_creates_and_removes_pods() -> None:
+    async with LocalKubeAPI(port=0, controller=True) as api:
+        api.create("deployments", deployment("llm", replicas=3), "apps")
+        assert len(api.list_objects("pods", "default")) == 3
+        dep = api.get("deployments", "default", "llm", "apps")
+        assert dep is not None
+        dep["spec"]["replicas"] = 1
+        api.update("deployments", dep, "apps")
+        assert len(api.list_objects("pods", "default")) == 1
+
+
+def test_rbac_rules_cover_every_call_the_suite_made() -> None:
+    """Complements the per-test teardown check: the union over the tests run so far."""
+    for call in ALL_CALLS:
+        assert allowed(call.group, call.resource, call.verb), call
+    assert all(r.verbs for r in REQUIRED_RULES)

@@ -129,7 +129,7 @@ def _target_fields() -> dict[str, Any]:
             "description": (
                 "direct: the controller patches the scale subresource; keda: KEDA owns the "
                 "HPA and reads the controller's external scaler; advisory: decide and "
-                "publish only. Unset: the controller's AUTOSCALER_MODE."
+                "publish only. Unset: direct."
             ),
             "type": "string",
             "enum": ["direct", "keda", "advisory"],
@@ -156,7 +156,11 @@ def _target_fields() -> dict[str, Any]:
             "description": "Pods to scrape; default: the target's own selector.",
             "type": "object",
             "properties": {
-                "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}}
+                "matchLabels": {
+                    "type": "object",
+                    "minProperties": 1,
+                    "additionalProperties": {"type": "string"},
+                }
             },
         },
     }

@@ -164,3 +164,41 @@ def test_converter_refuses_unions_it_cannot_express() -> None:
     schema = {"anyOf": [{"type": "string"}, {"type": "integer"}]}
     with pytest.raises(gen_crd.SchemaConversionError, match="spec.x"):
         gen_crd.to_structural(schema, {}, "spec.x")
+
+
+def test_controller_reads_every_example_and_writes_objects_the_crd_accepts() -> None:
+    """Round trip through the controller's own mapping (autoscaler/kube/crd.py)."""
+    from autoscaler.kube.crd import object_to_spec, spec_to_object
+
+    validator = crd_validator(_crd())
+    for obj in _examples():
+        written = spec_to_object(object_to_spec(obj))
+        written.setdefault("apiVersion", obj["apiVersion"])
+        written.setdefault("kind", obj["kind"])
+        errors = [e.message for e in validator.iter_errors(written)]
+        assert not errors, f"{obj['metadata']['name']}: {errors}"
+
+
+def test_status_written_by_the_controller_fits_the_status_schema() -> None:
+    from autoscaler.domain import Decision, Reason
+    from autoscaler.kube.crd import Condition, status_body
+
+    decision = Decision(
+        t=0.0,
+        current_replicas=2,
+        desired_replicas=3,
+        reason=Reason.CAPACITY_LIMITED,
+        message="wants 5, GPUs place 3",
+        active=True,
+    )
+    status = status_body(
+        decision,
+        now_rfc3339="2026-01-01T00:00:00Z",
+        conditions=[Condition("CapacityLimited", "True", "capacity-limited", "wants 5")],
+        observed_generation=4,
+    )
+    obj = copy.deepcopy(_examples()[0])
+    obj["status"] = status
+    assert not [e.message for e in crd_validator(_crd()).iter_errors(obj)]
+    obj["status"]["desiredReplicas"] = -1
+    assert list(crd_validator(_crd()).iter_errors(obj))

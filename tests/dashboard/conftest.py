@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from autoscaler.api.dashboard import dashboard_router
+from autoscaler.control.state import ControllerState, TargetStatus
+from autoscaler.domain import (
+    Decision,
+    Forecast,
+    MetricRecommendation,
+    Observation,
+    Reason,
+    TargetRef,
+)
+from autoscaler.policy.schema import Policy
+from autoscaler.store.base import TargetSpec
+
+REF = TargetRef("demo", "llama-3-8b")
+
+
+def decision(t: float, current: int, desired: int, reason: Reason) -> Decision:
+    return Decision(
+        t=t,
+        current_replicas=current,
+        desired_replicas=desired,
+        reason=reason,
+        message=f"waiting {desired * 4} over target 4 per replica",
+        active=True,
+        metrics=(
+            MetricRecommendation(
+                "waiting", "AverageValue", 4.0, desired * 4.0, desired, desired * 5.0, desired + 1
+            ),
+        ),
+        numbers={"waiting": desired * 4.0, "bogus": float("nan")},
+    )
+
+
+async def populate(state: ControllerState, ticks: int = 30) -> None:
+    """A burst: load rises at tick 10, the controller scales 1 -> 3."""
+    state.targets[REF] = TargetStatus(spec=TargetSpec(ref=REF, policy=Policy()))
+    state.targets[REF].warm_pool_replicas = 2
+    state.ready = True
+    for i in range(ticks):
+        t = 1000.0 + i
+        burst = i >= 10
+        replicas = 1 if i < 12 else 3
+        signals = {
+            "arrival_rate_per_s": 20.0 if burst else 2.0,
+            "waiting": 12.0 if burst else 0.0,
+            "running": 40.0 if burst else 4.0,
+            "kv_cache_usage": 0.7 if burst else 0.1,
+            "ttft_p50_s": 0.3 if burst else 0.05,
+            "ttft_p95_s": 0.9 if burst else 0.08,
+        }
+        if i == 5:
+            signals.pop("ttft_p95_s")  # missing data: must be a gap, not a zero
+        obs = Observation(
+            t=t,
+            current_replicas=replicas,
+            ready_replicas=replicas,
+            signals=signals,
+            forecast=Forecast(horizon_s=60.0, signals={"arrival_rate_per_s": 25.0}, model="holt"),
+        )
+        if i == 10:
+            dec = decision(t, 1, 3, Reason.SCALE_UP)
+        else:
+            dec = decision(t, replicas, replicas, Reason.STEADY)
+        await state.publish(REF, obs, dec)
+        state.ticks += 1
+
+
+@pytest.fixture
+async def served_state() -> AsyncIterator[tuple[ControllerState, str]]:
+    state = ControllerState()
+    await populate(state)
+    app = FastAPI()
+    app.include_router(dashboard_router(state))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    for _ in range(500):
+        if server.started:
+            break
+        await asyncio.sleep(0.01)
+    try:
+        yield state, f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

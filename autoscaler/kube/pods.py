@@ -115,7 +115,7 @@ class PodWatcher:
         *,
         metrics_port: int = 8000,
         metrics_path: str = "/metrics",
-        max_samples: int = 200,
+        max_samples: int = 10_000,
         watch_timeout_s: int = 240,
         retry: RetryPolicy | None = None,
         sleep: Sleep = asyncio.sleep,

@@ -1,0 +1,173 @@
+"""End to end with a real Prometheus server: emulated vLLM pods behind the local
+Kubernetes API, Prometheus scraping them (file-based discovery follows the pods), the
+control loop reading PromQL and patching the Deployment's scale subresource.
+
+A burst (a queue injected into the first pod) must produce a scale-up, and the quiet
+after it a scale-down, with the reasons recorded. Real time passes here: waits are
+bounded by deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.control.adapters import KubeCluster
+from autoscaler.control.loop import ControlLoop
+from autoscaler.control.signals import SourceSignals
+from autoscaler.control.state import ControllerState
+from autoscaler.control.tasks import TaskGroup
+from autoscaler.demo.app import DemoOptions, _deployment, _node
+from autoscaler.demo.runtime import EmulatorRuntime
+from autoscaler.domain import Decision, Reason, TargetRef
+from autoscaler.emulator.fleet import EmulatorFleet
+from autoscaler.kube.config import api_client_for
+from autoscaler.kube.localapi.server import LocalKubeAPI
+from autoscaler.metrics.prometheus import PrometheusSource
+from autoscaler.policy.schema import load_policy
+from autoscaler.store.base import ScaleTargetRef, StoredTarget, TargetSpec
+from tests.support.prometheus import PrometheusServer
+
+REF = TargetRef("demo", "llama-3-8b")
+POLICY = {
+    "minReplicaCount": 1,
+    "maxReplicaCount": 4,
+    "metrics": [{"signal": "waiting", "type": "AverageValue", "target": 8}],
+    "behavior": {
+        "scaleUp": {"policies": [{"type": "Pods", "value": 4, "periodSeconds": 5}]},
+        "scaleDown": {
+            "stabilizationWindowSeconds": 3,
+            "policies": [{"type": "Pods", "value": 4, "periodSeconds": 2}],
+        },
+    },
+}
+
+
+class FileSdPrometheus(PrometheusServer):
+    """The test support server, discovering targets from a JSON file it re-reads."""
+
+    def __init__(self, sd_file: Path) -> None:
+        super().__init__([], scrape_interval_s=0.5)
+        self.sd_file = sd_file
+
+    def _config(self) -> str:
+        return json.dumps(
+            {
+                "global": {"scrape_interval": "500ms", "evaluation_interval": "500ms"},
+                "scrape_configs": [
+                    {
+                        "job_name": "vllm",
+                        "scrape_timeout": "500ms",
+                        "file_sd_configs": [
+                            {"files": [str(self.sd_file)], "refresh_interval": "1s"}
+                        ],
+                    }
+                ],
+            }
+        )
+
+
+def write_sd(path: Path, urls: list[str]) -> None:
+    hosts = [u.removeprefix("http://") for u in urls]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([{"targets": hosts, "labels": {"namespace": "demo"}}]))
+    tmp.replace(path)
+
+
+async def until(pred: Callable[[], bool], deadline_s: float, what: str) -> None:
+    end = time.monotonic() + deadline_s
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline_s}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    sd = tmp_path / "targets.json"
+    write_sd(sd, [])
+    fleet = EmulatorFleet(speed=5.0)
+    kube = LocalKubeAPI(controller=True, runtime=EmulatorRuntime(fleet, cold_start_s=5.0))
+    await kube.start()
+    opts = DemoOptions()
+    kube.create("nodes", _node("gpu-node-1", 8))
+    kube.create("deployments", _deployment(opts), group="apps")
+    prom = FileSdPrometheus(sd)
+    prom.start()
+    tasks = TaskGroup("e2e")
+
+    async def follow_pods() -> None:
+        while True:
+            write_sd(sd, fleet.ready_urls())
+            await asyncio.sleep(0.2)
+
+    tasks.spawn("file-sd", follow_pods())
+    api = api_client_for(kube.url)
+    cluster = KubeCluster(api)
+    source = PrometheusSource(prom.url, {str(REF): 'job="vllm"'})
+    state = ControllerState()
+    loop = ControlLoop(state, cluster, SourceSignals(source), tick_interval_s=0.5)
+    spec = TargetSpec(
+        ref=REF,
+        policy=load_policy(POLICY),
+        scale_target_ref=ScaleTargetRef(kind="Deployment", name="llama-3-8b"),
+    )
+    loop.set_targets([StoredTarget(spec, "1")])
+    try:
+        yield {
+            "fleet": fleet,
+            "kube": kube,
+            "prom": prom,
+            "loop": loop,
+            "state": state,
+            "tasks": tasks,
+        }
+    finally:
+        await tasks.stop()
+        await cluster.close()
+        await source.close()
+        await api.close()
+        prom.stop()
+        await kube.close()
+        await fleet.stop_all()
+
+
+def spec_replicas(kube: LocalKubeAPI) -> int:
+    dep = kube.get("deployments", "demo", "llama-3-8b", group="apps")
+    assert dep is not None
+    return int(dep["spec"]["replicas"])
+
+
+async def test_burst_scales_up_and_quiet_scales_down_through_prometheus(
+    world: dict[str, Any],
+) -> None:
+    fleet: EmulatorFleet = world["fleet"]
+    kube: LocalKubeAPI = world["kube"]
+    prom: PrometheusServer = world["prom"]
+    state: ControllerState = world["state"]
+    await until(lambda: bool(fleet.ready_urls()), 30, "the first pod to be ready")
+    await prom.wait_for('vllm:num_requests_waiting{job="vllm"}', deadline_s=30)
+    world["tasks"].spawn("control-loop", world["loop"].run())
+
+    first = next(iter(fleet.replicas))
+    fleet.jump_queue(first, requests=400, prompt_tokens=2048, output_tokens=400)
+    await until(lambda: spec_replicas(kube) > 1, 30, "a scale-up patch")
+    status = state.status(REF)
+    assert status is not None
+    ups = [d for d in status.history if d.desired_replicas > d.current_replicas]
+    assert ups and ups[0].reason in (Reason.SCALE_UP, Reason.PANIC)
+    assert "waiting=" in ups[0].message
+
+    peak = spec_replicas(kube)
+    await until(lambda: spec_replicas(kube) < peak, 90, "a scale-down after the burst drained")
+    downs: list[Decision] = [d for d in status.history if d.desired_replicas < d.current_replicas]
+    assert downs and downs[-1].reason == Reason.SCALE_DOWN
+    # Every decision in between was taken on data: none on missing data after the start.
+    after_start = [d for d in status.history if d.t >= ups[0].t]
+    assert all(d.reason != Reason.HOLD_MISSING_DATA for d in after_start)

@@ -1,0 +1,715 @@
+"""The REST policy API, the KEDA metrics-api endpoint, health and /metrics (FastAPI).
+
+Readers never call into the control loop: decisions come from `ControllerState`, policies
+from the `PolicyStore`. Every write is stored (and durable) before it is acknowledged, and
+concurrent writers are detected with ETag / If-Match (412). An invalid policy is rejected
+whole with 422 and one message per problem naming field, value and rule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import Annotated, Any, Final, Literal
+
+from fastapi import Depends, FastAPI, Path, Query, Request, Response, Security
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from autoscaler.api.metrics import ControllerMetrics
+from autoscaler.api.security import ApiSettings, bearer, check_access
+from autoscaler.control.state import HISTORY_LEN, OBSERVATIONS_LEN, ControllerState
+from autoscaler.domain import Decision, DecisionState, Observation, TargetRef
+from autoscaler.errors import ConfigError
+from autoscaler.keda.value import (
+    DEFAULT_TARGET_SIZE,
+    NoDataYet,
+    TargetUnknown,
+    WrongMode,
+    read_target,
+)
+from autoscaler.logging import get_logger
+from autoscaler.policy.core import decide
+from autoscaler.policy.schema import Policy, load_policy
+from autoscaler.store.base import (
+    NotFound,
+    PolicyStore,
+    PreconditionFailed,
+    StoredTarget,
+    TargetSpec,
+)
+from autoscaler.store.file import (
+    PolicyFileInvalid,
+    target_spec_from_dict,
+    target_spec_to_dict,
+)
+
+log = get_logger(__name__)
+
+NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+Namespace = Annotated[str, Path(pattern=NAME_PATTERN, max_length=253, description="namespace")]
+Name = Annotated[str, Path(pattern=NAME_PATTERN, max_length=253, description="target name")]
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+
+Responses = dict[int | str, dict[str, Any]]
+_PROBLEM: dict[str, Any] = {"description": "error", "content": {"application/json": {}}}
+_R401: Responses = {401: {**_PROBLEM, "description": "missing or malformed bearer token"}}
+_R403: Responses = {403: {**_PROBLEM, "description": "token not accepted"}}
+_R404: Responses = {404: {**_PROBLEM, "description": "no such target"}}
+_R412: Responses = {412: {**_PROBLEM, "description": "If-Match does not match the current version"}}
+_R422: Responses = {422: {**_PROBLEM, "description": "invalid input; `problems` lists each"}}
+_R503: Responses = {503: {**_PROBLEM, "description": "temporarily unavailable"}}
+_READ: Responses = {**_R401, **_R403, **_R404, **_R422}
+_WRITE: Responses = {**_READ, **_R412, **_R503}
+
+
+# ----------------------------------------------------------------------------- schemas
+# Documentation-only models: request bodies are validated by `target_spec_from_dict` /
+# `load_policy`, so every error has the same field/value/rule shape as the CRD and CLI.
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScaleTargetRefDoc(_Doc):
+    kind: Literal["Deployment", "StatefulSet"] = "Deployment"
+    name: str | None = Field(default=None, pattern=NAME_PATTERN, max_length=253)
+    apiVersion: str = "apps/v1"
+
+
+class TargetDocument(_Doc):
+    """A target: where to act, how, and the policy. namespace/name default to the URL."""
+
+    namespace: str | None = Field(default=None, pattern=NAME_PATTERN, max_length=253)
+    name: str | None = Field(default=None, pattern=NAME_PATTERN, max_length=253)
+    mode: Literal["direct", "keda", "advisory"] = "direct"
+    scaleTargetRef: ScaleTargetRefDoc | None = None
+    metricsPort: int = Field(default=8000, ge=1, le=65535)
+    metricsPath: str = Field(default="/metrics", pattern=r"^/")
+    engine: str = Field(default="auto", min_length=1)
+    selector: dict[str, str] | None = None
+    policy: Policy = Field(default_factory=Policy)
+
+
+class DryRunRequest(_Doc):
+    """A candidate policy to replay over the target's recent observations."""
+
+    policy: Policy
+
+
+def _body_schema(model: type[BaseModel], *media_types: str) -> dict[str, Any]:
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {mt: {"schema": ref} for mt in media_types or ("application/json",)},
+        },
+    }
+
+
+def _if_match_param() -> dict[str, Any]:
+    return {
+        "name": "If-Match",
+        "in": "header",
+        "required": False,
+        "description": "ETag from a previous read; the write fails with 412 if it changed",
+        "schema": {"type": "string"},
+    }
+
+
+def _with_if_match(extra: dict[str, Any]) -> dict[str, Any]:
+    return {**extra, "parameters": [_if_match_param()]}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _etag(version: str) -> str:
+    return f'"{version}"'
+
+
+def _parse_if_match(header: str | None) -> list[str] | None:
+    """``"7"``, ``W/"7"``, ``7``, ``*`` or a comma list; None when absent."""
+    if header is None or not header.strip():
+        return None
+    out: list[str] = []
+    for part in header.split(","):
+        tag = part.strip().removeprefix("W/").strip()
+        if len(tag) >= 2 and tag[0] == tag[-1] == '"':
+            tag = tag[1:-1]
+        if tag:
+            out.append(tag)
+    return out or None
+
+
+async def _resolve_if_match(store: PolicyStore, ref: TargetRef, header: str | None) -> str | None:
+    """Collapse an If-Match list to the one version the store should compare."""
+    tags = _parse_if_match(header)
+    if tags is None:
+        return None
+    if "*" in tags:
+        return "*"
+    if len(tags) == 1:
+        return tags[0]
+    current = (await store.get(ref)).version
+    if current in tags:
+        return current
+    raise PreconditionFailed(f"target {ref} is at version {current}, none of {tags}")
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge, ``null`` deletes, anything else replaces."""
+    if not isinstance(patch, Mapping):
+        return patch
+    result: dict[str, Any] = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw:
+        raise ConfigError("invalid body", ["body: empty; expected a JSON object"])
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ConfigError("invalid body", [f"body: not valid JSON ({err})"]) from None
+
+
+def _status_doc(state: ControllerState, ref: TargetRef) -> dict[str, Any] | None:
+    st = state.status(ref)
+    if st is None:
+        return None
+    return {
+        "lastDecision": st.last_decision.to_dict() if st.last_decision else None,
+        "appliedReplicas": st.applied_replicas,
+        "warmPoolReplicas": st.warm_pool_replicas,
+        "condition": st.condition,
+        "observations": len(st.observations),
+    }
+
+
+def _target_doc(stored: StoredTarget, state: ControllerState) -> dict[str, Any]:
+    return {
+        **target_spec_to_dict(stored.spec),
+        "version": stored.version,
+        "status": _status_doc(state, stored.spec.ref),
+    }
+
+
+def _problem(status_code: int, detail: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"detail": detail, **extra}, status_code=status_code)
+
+
+def replay(
+    policy: Policy, observations: list[Observation], live: Mapping[float, Decision]
+) -> list[dict[str, Any]]:
+    """Decide over ``observations`` from a fresh `DecisionState` (pure; run off the loop)."""
+    state = DecisionState()
+    out: list[dict[str, Any]] = []
+    for obs in observations:
+        decision, state = decide(policy, obs, state, obs.t)
+        live_decision = live.get(obs.t)
+        out.append(
+            {
+                **decision.to_dict(),
+                "live_desired_replicas": (
+                    live_decision.desired_replicas if live_decision is not None else None
+                ),
+            }
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- middleware
+
+
+class _LatencyMiddleware:
+    """Pure ASGI (no BaseHTTPMiddleware buffering): request latency by route template."""
+
+    def __init__(self, app: Any, metrics: ControllerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+        send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    ) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status_code = 500
+
+        async def send_wrapper(message: MutableMapping[str, Any]) -> None:
+            nonlocal status_code
+            if message["type"] == "http.response.start":
+                status_code = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            self.metrics.observe_request(
+                scope["method"], template, status_code, time.perf_counter() - start
+            )
+
+
+# ----------------------------------------------------------------------------- app
+
+
+def create_app(
+    state: ControllerState,
+    store: PolicyStore,
+    settings: ApiSettings | None = None,
+    registry: CollectorRegistry | None = None,
+    *,
+    metrics: ControllerMetrics | None = None,
+) -> FastAPI:
+    """Build the app. Pass the loop's `ControllerMetrics` (or its registry) so /metrics
+    serves the loop's metrics too; ``app.state.metrics`` is the instance in use."""
+    api_settings = settings if settings is not None else ApiSettings()
+    if metrics is None:
+        metrics = ControllerMetrics(registry)
+    app = FastAPI(
+        title="llm-autoscaler",
+        version="1",
+        description="Policies, decisions and KEDA endpoints of the llm-autoscaler controller.",
+    )
+    app.state.api_settings = api_settings
+    app.state.metrics = metrics
+    app.state.controller_state = state
+    app.state.store = store
+
+    def read_access(credentials: Credentials) -> None:
+        check_access(api_settings, credentials, "read")
+
+    def write_access(credentials: Credentials) -> None:
+        check_access(api_settings, credentials, "write")
+
+    can_read = [Depends(read_access)]
+    can_write = [Depends(write_access)]
+
+    # -- error mapping ---------------------------------------------------------------
+
+    @app.exception_handler(PolicyFileInvalid)
+    async def _file_invalid(_: Request, err: PolicyFileInvalid) -> JSONResponse:
+        return _problem(503, str(err), problems=err.problems)
+
+    @app.exception_handler(ConfigError)
+    async def _config_error(_: Request, err: ConfigError) -> JSONResponse:
+        return _problem(422, "invalid input", problems=err.problems)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
+        problems = []
+        for e in err.errors():
+            loc = ".".join(str(p) for p in e.get("loc", ()))
+            problems.append(f"{loc}: {e.get('msg')} (value {e.get('input')!r})")
+        return _problem(422, "invalid input", problems=jsonable_encoder(problems))
+
+    @app.exception_handler(NotFound)
+    @app.exception_handler(TargetUnknown)
+    async def _not_found(_: Request, err: Exception) -> JSONResponse:
+        return _problem(404, str(err))
+
+    @app.exception_handler(PreconditionFailed)
+    async def _precondition(_: Request, err: PreconditionFailed) -> JSONResponse:
+        return _problem(412, str(err))
+
+    @app.exception_handler(WrongMode)
+    async def _wrong_mode(_: Request, err: WrongMode) -> JSONResponse:
+        return _problem(409, str(err))
+
+    @app.exception_handler(NoDataYet)
+    async def _no_data(_: Request, err: NoDataYet) -> JSONResponse:
+        return JSONResponse({"detail": str(err)}, status_code=503, headers={"Retry-After": "1"})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(
+            {"detail": err.detail}, status_code=err.status_code, headers=err.headers
+        )
+
+    # -- health and metrics ----------------------------------------------------------
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], responses=_R503)
+    async def readyz() -> JSONResponse:
+        """Readiness: the loop has completed a tick and the policy store answers."""
+        problems: list[str] = []
+        if not state.ready:
+            problems.append("control loop has not completed its first tick")
+        try:
+            await store.list()
+        except Exception as err:  # any store failure means not ready; reported, not raised
+            problems.append(f"policy store: {type(err).__name__}: {err}")
+        body = {"status": "ok" if not problems else "not-ready", "problems": problems}
+        return JSONResponse(body, status_code=200 if not problems else 503)
+
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}}},
+    )
+    async def prometheus_metrics() -> Response:
+        """The controller's own metrics in Prometheus text format."""
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # -- targets -----------------------------------------------------------------------
+
+    @app.get("/v1/targets", tags=["targets"], dependencies=can_read, responses=_READ)
+    async def list_targets(
+        namespace: Annotated[str | None, Query(pattern=NAME_PATTERN, max_length=253)] = None,
+    ) -> dict[str, Any]:
+        """All targets (optionally of one namespace) with their version and status."""
+        items = await store.list(namespace)
+        return {"items": [_target_doc(t, state) for t in items]}
+
+    @app.get(
+        "/v1/targets/{namespace}/{name}",
+        tags=["targets"],
+        dependencies=can_read,
+        responses=_READ,
+    )
+    async def get_target(namespace: Namespace, name: Name, response: Response) -> dict[str, Any]:
+        stored = await store.get(TargetRef(namespace, name))
+        response.headers["ETag"] = _etag(stored.version)
+        return _target_doc(stored, state)
+
+    async def _store_spec(
+        spec: TargetSpec, if_match: str | None, response: Response, created: bool
+    ) -> dict[str, Any]:
+        stored = await store.put(spec, if_match=if_match)
+        response.headers["ETag"] = _etag(stored.version)
+        if created:
+            response.status_code = 201
+            response.headers["Location"] = f"/v1/targets/{spec.ref.namespace}/{spec.ref.name}"
+        log.info("target_stored", target=str(spec.ref), version=stored.version, created=created)
+        return _target_doc(stored, state)
+
+    async def _exists(ref: TargetRef) -> StoredTarget | None:
+        try:
+            return await store.get(ref)
+        except NotFound:
+            return None
+
+    @app.put(
+        "/v1/targets/{namespace}/{name}",
+        tags=["targets"],
+        dependencies=can_write,
+        responses={**_WRITE, 201: {"description": "created"}},
+        openapi_extra=_with_if_match(_body_schema(TargetDocument)),
+    )
+    async def put_target(
+        namespace: Namespace, name: Name, request: Request, response: Response
+    ) -> dict[str, Any]:
+        """Create or replace a target whole. 201 on create, 200 on replace."""
+        ref = TargetRef(namespace, name)
+        spec = target_spec_from_dict(await _json_body(request), ref=ref)
+        if_match = await _resolve_if_match(store, ref, request.headers.get("if-match"))
+        existed = await _exists(ref)
+        return await _store_spec(spec, if_match, response, created=existed is None)
+
+    async def _patch(
+        ref: TargetRef,
+        request: Request,
+        response: Response,
+        build: Callable[[StoredTarget, Any], TargetSpec],
+    ) -> dict[str, Any]:
+        patch = await _json_body(request)
+        if not isinstance(patch, Mapping):
+            raise ConfigError("invalid body", ["body: a merge patch must be a JSON object"])
+        header = request.headers.get("if-match")
+        for _attempt in range(3):
+            current = await store.get(ref)
+            wanted = await _resolve_if_match(store, ref, header)
+            if wanted not in (None, "*", current.version):
+                raise PreconditionFailed(
+                    f"target {ref} is at version {current.version}, not {wanted!r}"
+                )
+            spec = build(current, patch)
+            try:
+                return await _store_spec(spec, current.version, response, created=False)
+            except PreconditionFailed:
+                if header is not None:
+                    raise
+                # No If-Match from the client: someone wrote in between; re-read and retry.
+        raise PreconditionFailed(f"target {ref} kept changing; retry the patch")
+
+    @app.patch(
+        "/v1/targets/{namespace}/{name}",
+        tags=["targets"],
+        dependencies=can_write,
+        responses=_WRITE,
+        openapi_extra=_with_if_match(
+            _body_schema(TargetDocument, "application/merge-patch+json", "application/json")
+        ),
+    )
+    async def patch_target(
+        namespace: Namespace, name: Name, request: Request, response: Response
+    ) -> dict[str, Any]:
+        """JSON merge patch (RFC 7386) of the target document; ``null`` resets a field."""
+        ref = TargetRef(namespace, name)
+
+        def build(current: StoredTarget, patch: Any) -> TargetSpec:
+            doc = merge_patch(target_spec_to_dict(current.spec), patch)
+            return target_spec_from_dict(doc, ref=ref)
+
+        return await _patch(ref, request, response, build)
+
+    @app.delete(
+        "/v1/targets/{namespace}/{name}",
+        tags=["targets"],
+        dependencies=can_write,
+        status_code=204,
+        responses=_WRITE,
+        openapi_extra={"parameters": [_if_match_param()]},
+    )
+    async def delete_target(namespace: Namespace, name: Name, request: Request) -> Response:
+        ref = TargetRef(namespace, name)
+        if_match = await _resolve_if_match(store, ref, request.headers.get("if-match"))
+        await store.delete(ref, if_match=if_match)
+        metrics.forget(ref)
+        log.info("target_deleted", target=str(ref))
+        return Response(status_code=204)
+
+    # -- policy sub-resource -----------------------------------------------------------
+
+    @app.get(
+        "/v1/targets/{namespace}/{name}/policy",
+        tags=["policies"],
+        dependencies=can_read,
+        responses=_READ,
+    )
+    async def get_policy(namespace: Namespace, name: Name, response: Response) -> dict[str, Any]:
+        stored = await store.get(TargetRef(namespace, name))
+        response.headers["ETag"] = _etag(stored.version)
+        return stored.spec.policy.dump()
+
+    @app.put(
+        "/v1/targets/{namespace}/{name}/policy",
+        tags=["policies"],
+        dependencies=can_write,
+        responses=_WRITE,
+        openapi_extra=_with_if_match(_body_schema(Policy)),
+    )
+    async def put_policy(
+        namespace: Namespace, name: Name, request: Request, response: Response
+    ) -> dict[str, Any]:
+        """Replace the policy of an existing target whole."""
+        ref = TargetRef(namespace, name)
+
+        def build(current: StoredTarget, body: Any) -> TargetSpec:
+            return _with_policy(current.spec, body)
+
+        doc = await _patch(ref, request, response, build)
+        return dict(doc["policy"])
+
+    @app.patch(
+        "/v1/targets/{namespace}/{name}/policy",
+        tags=["policies"],
+        dependencies=can_write,
+        responses=_WRITE,
+        openapi_extra=_with_if_match(
+            _body_schema(Policy, "application/merge-patch+json", "application/json")
+        ),
+    )
+    async def patch_policy(
+        namespace: Namespace, name: Name, request: Request, response: Response
+    ) -> dict[str, Any]:
+        """JSON merge patch of the policy only."""
+        ref = TargetRef(namespace, name)
+
+        def build(current: StoredTarget, patch: Any) -> TargetSpec:
+            return _with_policy(current.spec, merge_patch(current.spec.policy.dump(), patch))
+
+        doc = await _patch(ref, request, response, build)
+        return dict(doc["policy"])
+
+    # -- decisions ---------------------------------------------------------------------
+
+    def _known(ref: TargetRef) -> None:
+        if state.status(ref) is None:
+            raise TargetUnknown(f"target {ref} is not known to the control loop")
+
+    @app.get(
+        "/v1/targets/{namespace}/{name}/decision",
+        tags=["decisions"],
+        dependencies=can_read,
+        responses=_READ,
+    )
+    async def latest_decision(namespace: Namespace, name: Name) -> dict[str, Any]:
+        """The latest decision with its reason and numbers."""
+        ref = TargetRef(namespace, name)
+        _known(ref)
+        st = state.targets[ref]
+        if st.last_decision is None:
+            raise TargetUnknown(f"target {ref}: no decision yet")
+        return st.last_decision.to_dict()
+
+    @app.get(
+        "/v1/targets/{namespace}/{name}/decisions",
+        tags=["decisions"],
+        dependencies=can_read,
+        responses=_READ,
+    )
+    async def decision_history(
+        namespace: Namespace,
+        name: Name,
+        limit: Annotated[int, Query(ge=1, le=HISTORY_LEN)] = 50,
+    ) -> dict[str, Any]:
+        """Recent decisions, newest first (bounded by the loop's history length)."""
+        ref = TargetRef(namespace, name)
+        _known(ref)
+        items = state.targets[ref].recent_decisions(limit)
+        return {"items": [d.to_dict() for d in items], "limit": limit}
+
+    @app.post(
+        "/v1/targets/{namespace}/{name}/dry-run",
+        tags=["decisions"],
+        dependencies=can_read,
+        responses={**_READ, 409: {**_PROBLEM, "description": "no observations to replay"}},
+        openapi_extra=_body_schema(DryRunRequest),
+    )
+    async def dry_run(
+        namespace: Namespace,
+        name: Name,
+        request: Request,
+        limit: Annotated[int, Query(ge=1, le=OBSERVATIONS_LEN)] = OBSERVATIONS_LEN,
+    ) -> Any:
+        """Replay a candidate policy over the target's recent observations, oldest first,
+        from a fresh decision state. Nothing is applied or stored. The replay is open-loop:
+        observed replica counts are what the live policy produced."""
+        ref = TargetRef(namespace, name)
+        body = await _json_body(request)
+        if not isinstance(body, Mapping) or set(body) - {"policy"}:
+            raise ConfigError("invalid body", ['body: expected an object {"policy": {...}}'])
+        policy_doc = body.get("policy", {})
+        if not isinstance(policy_doc, Mapping):
+            raise ConfigError("invalid body", [f"policy: value {policy_doc!r} must be an object"])
+        try:
+            policy = load_policy(policy_doc)
+        except ConfigError as err:
+            raise ConfigError(str(err), [f"policy.{p}" for p in err.problems]) from None
+        _known(ref)
+        st = state.targets[ref]
+        observations = list(st.observations)[-limit:]
+        if not observations:
+            return _problem(409, f"target {ref}: no recent observations to replay")
+        live = {d.t: d for d in st.history}
+        decisions = await asyncio.to_thread(replay, policy, observations, live)
+        desired = [int(d["desired_replicas"]) for d in decisions]
+        return {
+            "target": str(ref),
+            "observations": len(observations),
+            "order": "oldest-first",
+            "summary": {
+                "final_desired_replicas": desired[-1],
+                "max_desired_replicas": max(desired),
+                "min_desired_replicas": min(desired),
+                "changes": sum(1 for a, b in itertools.pairwise(desired) if a != b),
+            },
+            "decisions": decisions,
+        }
+
+    # -- KEDA metrics-api --------------------------------------------------------------
+
+    @app.get(
+        "/v1/keda/{namespace}/{name}",
+        tags=["keda"],
+        dependencies=can_read,
+        responses={**_READ, 409: {**_PROBLEM, "description": "target not in keda mode"}, **_R503},
+    )
+    async def keda_metrics_api(
+        namespace: Namespace,
+        name: Name,
+        target_size: Annotated[
+            float, Query(alias="targetSize", gt=0, le=1e9, allow_inf_nan=False)
+        ] = DEFAULT_TARGET_SIZE,
+    ) -> dict[str, Any]:
+        """For KEDA's ``metrics-api`` trigger: ``valueLocation: value`` with
+        ``targetValue`` equal to ``targetSize``; value = desiredReplicas * targetSize."""
+        reading = read_target(state, TargetRef(namespace, name), target_size)
+        return {
+            "value": reading.value,
+            "desiredReplicas": reading.desired_replicas,
+            "currentReplicas": reading.current_replicas,
+            "targetSize": reading.target_size,
+            "active": reading.active,
+            "activeValue": 1 if reading.active else 0,
+            "reason": reading.reason,
+            "held": reading.held,
+        }
+
+    # -- OpenAPI: document the bodies validated by hand ----------------------------------
+
+    def custom_openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in (TargetDocument, DryRunRequest, Policy):
+            js = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+            components.update(js.pop("$defs", {}))
+            components[model.__name__] = js
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = custom_openapi  # type: ignore[method-assign]
+
+    if api_settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(api_settings.cors_origins),
+            allow_methods=["GET", "PUT", "PATCH", "DELETE", "POST"],
+            allow_headers=["Authorization", "Content-Type", "If-Match"],
+            expose_headers=["ETag"],
+        )
+    app.add_middleware(_LatencyMiddleware, metrics=metrics)
+    return app
+
+
+def _with_policy(spec: TargetSpec, policy_doc: Any) -> TargetSpec:
+    if not isinstance(policy_doc, Mapping):
+        raise ConfigError("invalid policy", ["policy: must be a JSON object"])
+    try:
+        policy = load_policy(policy_doc)
+    except ConfigError as err:
+        raise ConfigError("invalid policy", [f"policy.{p}" for p in err.problems]) from None
+    return TargetSpec(
+        ref=spec.ref,
+        policy=policy,
+        scale_target_ref=spec.scale_target_ref,
+        mode=spec.mode,
+        metrics_port=spec.metrics_port,
+        metrics_path=spec.metrics_path,
+        engine=spec.engine,
+        selector=spec.selector,
+    )

@@ -1,0 +1,114 @@
+"""The controller's own Prometheus metrics, in one registry the loop and the API share.
+
+One class, not module globals, so that every process, test and demo builds its own
+registry and two apps in one process never collide on metric names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from autoscaler.domain import Decision, TargetRef
+
+_TICK_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_API_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+class ControllerMetrics:
+    """Decisions, desired vs current replicas, forecasts, scrape errors, tick and API time."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        target = ("namespace", "name")
+        self.decisions = Counter(
+            "llm_autoscaler_decisions",
+            "Decisions taken, by target and reason.",
+            [*target, "reason"],
+            registry=r,
+        )
+        self.desired_replicas = Gauge(
+            "llm_autoscaler_desired_replicas",
+            "Replicas the latest decision asks for.",
+            target,
+            registry=r,
+        )
+        self.current_replicas = Gauge(
+            "llm_autoscaler_current_replicas",
+            "Replicas observed at the latest decision.",
+            target,
+            registry=r,
+        )
+        self.active = Gauge(
+            "llm_autoscaler_active",
+            "1 when the target is active (KEDA activation).",
+            target,
+            registry=r,
+        )
+        self.metric_value = Gauge(
+            "llm_autoscaler_metric_value",
+            "Latest value of each scaling signal (absent when the read failed).",
+            [*target, "signal"],
+            registry=r,
+        )
+        self.forecast_value = Gauge(
+            "llm_autoscaler_forecast_value",
+            "Forecast value of each scaling signal at now + horizon.",
+            [*target, "signal"],
+            registry=r,
+        )
+        self.scrape_errors = Counter(
+            "llm_autoscaler_scrape_errors", "Failed metric reads per target.", target, registry=r
+        )
+        self.tick_duration = Histogram(
+            "llm_autoscaler_tick_duration_seconds",
+            "Duration of one control-loop tick over all targets.",
+            buckets=_TICK_BUCKETS_S,
+            registry=r,
+        )
+        self.api_request_duration = Histogram(
+            "llm_autoscaler_api_request_duration_seconds",
+            "REST API request latency by method, route template and status.",
+            ["method", "route", "status"],
+            buckets=_API_BUCKETS_S,
+            registry=r,
+        )
+
+    def observe_decision(self, ref: TargetRef, decision: Decision) -> None:
+        labels = (ref.namespace, ref.name)
+        self.decisions.labels(*labels, str(decision.reason)).inc()
+        self.desired_replicas.labels(*labels).set(decision.desired_replicas)
+        self.current_replicas.labels(*labels).set(decision.current_replicas)
+        self.active.labels(*labels).set(1.0 if decision.active else 0.0)
+        for m in decision.metrics:
+            if m.value is None:
+                # Missing data is not zero: drop the series rather than export a 0.
+                self._remove(self.metric_value, (*labels, m.signal))
+            else:
+                self.metric_value.labels(*labels, m.signal).set(m.value)
+            if m.forecast_value is None:
+                self._remove(self.forecast_value, (*labels, m.signal))
+            else:
+                self.forecast_value.labels(*labels, m.signal).set(m.forecast_value)
+
+    def observe_tick(self, duration_s: float) -> None:
+        self.tick_duration.observe(duration_s)
+
+    def observe_scrape_error(self, ref: TargetRef) -> None:
+        self.scrape_errors.labels(ref.namespace, ref.name).inc()
+
+    def observe_request(self, method: str, route: str, status: int, duration_s: float) -> None:
+        self.api_request_duration.labels(method, route, str(status)).observe(duration_s)
+
+    def forget(self, ref: TargetRef) -> None:
+        """Drop a deleted target's gauges so dashboards do not show stale values."""
+        labels = (ref.namespace, ref.name)
+        for gauge in (self.desired_replicas, self.current_replicas, self.active):
+            self._remove(gauge, labels)
+
+    @staticmethod
+    def _remove(metric: Gauge, labels: tuple[str, ...]) -> None:
+        with contextlib.suppress(KeyError):
+            metric.remove(*labels)

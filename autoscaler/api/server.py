@@ -1,0 +1,72 @@
+"""Run the ASGI app with uvicorn as a task inside the controller's own event loop.
+
+Why not ``uvicorn.run``: the control loop, the gRPC server and the HTTP server share one
+loop and one process; uvicorn must neither own the loop nor steal SIGINT/SIGTERM from the
+controller, which decides the shutdown order itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Generator
+from dataclasses import dataclass
+
+import uvicorn
+from fastapi import FastAPI
+
+
+class _EmbeddedServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield  # the owning process handles signals
+
+
+@dataclass
+class HttpServerHandle:
+    """A running server: the bound port (useful with port 0) and a graceful stop."""
+
+    host: str
+    port: int
+    _server: uvicorn.Server
+    _task: asyncio.Task[None]
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        self._server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
+        except TimeoutError:
+            self._server.force_exit = True
+            await self._task
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+async def serve_http(
+    app: FastAPI, host: str = "127.0.0.1", port: int = 0, *, access_log: bool = False
+) -> HttpServerHandle:
+    """Start serving and return once the socket is bound (port 0 picks a free port)."""
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=access_log,  # off by default: query strings are not logged either
+        lifespan="off",
+        log_config=None,
+    )
+    server = _EmbeddedServer(config)
+    task = asyncio.create_task(server.serve(), name=f"http-server-{host}:{port}")
+    while not server.started:
+        if task.done():
+            exc = task.exception()
+            raise RuntimeError(f"HTTP server on {host}:{port} failed to start") from exc
+        await asyncio.sleep(0.01)
+    bound = port
+    for srv in server.servers:
+        for sock in srv.sockets:
+            bound = int(sock.getsockname()[1])
+            break
+    return HttpServerHandle(host, bound, server, task)

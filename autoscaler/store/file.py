@@ -1,0 +1,484 @@
+"""The local policy store: every target in one YAML or JSON file.
+
+Why a file: the embedded demo and single-node installs need durable, hand-editable
+policies without a cluster. Writes are atomic (temp file, fsync, rename, fsync of the
+directory), so a crash leaves either the old or the new file, never half of one; nothing
+is acknowledged before that rename. Versions come from one file-wide counter (like
+Kubernetes' resourceVersion), so a deleted and re-created target never reuses a version
+and a stale ``If-Match`` cannot match it by accident. Edits made by hand are picked up by
+polling the file's mtime; a target changed that way gets a fresh version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, get_args
+
+import yaml
+
+from autoscaler.domain import TargetRef
+from autoscaler.errors import ConfigError
+from autoscaler.logging import get_logger
+from autoscaler.policy.schema import load_policy
+from autoscaler.store.base import (
+    Mode,
+    NotFound,
+    PreconditionFailed,
+    ScaleTargetRef,
+    StoredTarget,
+    TargetSpec,
+)
+
+log = get_logger(__name__)
+
+API_VERSION: Final = "llm-autoscaler.io/v1"
+_MODES: Final[tuple[str, ...]] = get_args(Mode)
+_KINDS: Final[tuple[str, ...]] = ("Deployment", "StatefulSet")
+_SPEC_KEYS: Final[frozenset[str]] = frozenset(
+    {
+        "namespace",
+        "name",
+        "version",
+        "mode",
+        "scaleTargetRef",
+        "metricsPort",
+        "metricsPath",
+        "engine",
+        "selector",
+        "policy",
+    }
+)
+
+
+class PolicyFileInvalid(ConfigError):
+    """The file was edited outside the store and no longer validates; writes wait for a fix."""
+
+
+# --------------------------------------------------------------------------- codec
+
+
+def target_spec_to_dict(spec: TargetSpec) -> dict[str, Any]:
+    """camelCase, JSON-ready document of a target (the shape of the REST API and the file)."""
+    doc: dict[str, Any] = {
+        "namespace": spec.ref.namespace,
+        "name": spec.ref.name,
+        "mode": spec.mode,
+        "scaleTargetRef": {
+            "kind": spec.scale_target_ref.kind,
+            "name": spec.scale_target_ref.name or spec.ref.name,
+            "apiVersion": spec.scale_target_ref.api_version,
+        },
+        "metricsPort": spec.metrics_port,
+        "metricsPath": spec.metrics_path,
+        "engine": spec.engine,
+        "policy": spec.policy.dump(),
+    }
+    if spec.selector is not None:
+        doc["selector"] = dict(spec.selector)
+    return doc
+
+
+def _is_dns_label(s: str) -> bool:
+    """Kubernetes object-name rule (RFC 1123 subdomain, simplified to labels and dots)."""
+    if not 1 <= len(s) <= 253:
+        return False
+    return all(
+        part
+        and len(part) <= 63
+        and part[0].isalnum()
+        and part[-1].isalnum()
+        and all(c.islower() or c.isdigit() or c == "-" for c in part)
+        for part in s.split(".")
+    )
+
+
+def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = None) -> TargetSpec:
+    """Validate a target document whole; `ConfigError.problems` names field, value, rule.
+
+    With ``ref`` (from a URL), ``namespace``/``name`` in the body may be omitted but must
+    match when present.
+    """
+    problems: list[str] = []
+    if not isinstance(doc, Mapping):
+        raise ConfigError("invalid target", [f"body: must be an object (value {doc!r})"])
+    for key in doc:
+        if key not in _SPEC_KEYS:
+            problems.append(f"{key}: unknown field (allowed: {', '.join(sorted(_SPEC_KEYS))})")
+
+    def ident(field_name: str, from_ref: str | None) -> str:
+        value = doc.get(field_name, from_ref)
+        if from_ref is not None and value != from_ref:
+            problems.append(f"{field_name}: value {value!r} does not match the URL ({from_ref!r})")
+            return from_ref
+        if not isinstance(value, str) or not _is_dns_label(value):
+            problems.append(
+                f"{field_name}: value {value!r} must be a Kubernetes name "
+                "(lowercase alphanumerics, '-' and '.', 1-253 characters)"
+            )
+            return "invalid"
+        return value
+
+    namespace = ident("namespace", ref.namespace if ref else None)
+    name = ident("name", ref.name if ref else None)
+
+    mode = doc.get("mode", "direct")
+    if mode not in _MODES:
+        problems.append(f"mode: value {mode!r} must be one of {', '.join(_MODES)}")
+        mode = "direct"
+
+    str_ref = doc.get("scaleTargetRef") or {}
+    if not isinstance(str_ref, Mapping):
+        problems.append(f"scaleTargetRef: value {str_ref!r} must be an object")
+        str_ref = {}
+    for key in str_ref:
+        if key not in ("kind", "name", "apiVersion"):
+            problems.append(
+                f"scaleTargetRef.{key}: unknown field (allowed: kind, name, apiVersion)"
+            )
+    kind = str_ref.get("kind", "Deployment")
+    if kind not in _KINDS:
+        problems.append(f"scaleTargetRef.kind: value {kind!r} must be one of {', '.join(_KINDS)}")
+        kind = "Deployment"
+    target_name = str_ref.get("name", name)
+    if not isinstance(target_name, str) or not _is_dns_label(target_name):
+        problems.append(f"scaleTargetRef.name: value {target_name!r} must be a Kubernetes name")
+        target_name = name
+    api_version = str_ref.get("apiVersion", "apps/v1")
+    if not isinstance(api_version, str) or not api_version:
+        problems.append(f"scaleTargetRef.apiVersion: value {api_version!r} must be a string")
+        api_version = "apps/v1"
+
+    port = doc.get("metricsPort", 8000)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        problems.append(f"metricsPort: value {port!r} must be an integer in 1..65535")
+        port = 8000
+    path = doc.get("metricsPath", "/metrics")
+    if not isinstance(path, str) or not path.startswith("/"):
+        problems.append(f"metricsPath: value {path!r} must be a path starting with '/'")
+        path = "/metrics"
+    engine = doc.get("engine", "auto")
+    if not isinstance(engine, str) or not engine:
+        problems.append(f"engine: value {engine!r} must be a non-empty string")
+        engine = "auto"
+    selector = doc.get("selector")
+    if selector is not None and not (
+        isinstance(selector, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items())
+    ):
+        problems.append(f"selector: value {selector!r} must map label names to strings")
+        selector = None
+
+    policy_doc = doc.get("policy", {})
+    policy = None
+    if not isinstance(policy_doc, Mapping):
+        problems.append(f"policy: value {policy_doc!r} must be an object")
+    else:
+        try:
+            policy = load_policy(policy_doc)
+        except ConfigError as err:
+            problems.extend(f"policy.{p}" for p in err.problems)
+
+    if problems or policy is None:
+        raise ConfigError("invalid target", problems)
+    return TargetSpec(
+        ref=TargetRef(namespace=namespace, name=name),
+        policy=policy,
+        scale_target_ref=ScaleTargetRef(kind=kind, name=target_name, api_version=api_version),
+        mode=mode,
+        metrics_port=port,
+        metrics_path=path,
+        engine=engine,
+        selector=dict(selector) if selector is not None else None,
+    )
+
+
+# --------------------------------------------------------------------------- store
+
+
+@dataclass(frozen=True, slots=True)
+class _Signature:
+    """Cheap identity of the file on disk: a changed signature means re-read it."""
+
+    mtime_ns: int
+    size: int
+    inode: int
+
+
+def _signature(path: Path) -> _Signature | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return _Signature(st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _canonical(spec: TargetSpec) -> str:
+    return json.dumps(target_spec_to_dict(spec), sort_keys=True)
+
+
+class FilePolicyStore:
+    """`PolicyStore` over one YAML (``.yaml``/``.yml``) or JSON (``.json``) file.
+
+    Single-process writer: an asyncio lock serialises writes; other processes may edit the
+    file by hand (picked up on the next call or poll), but two stores writing one file
+    concurrently are not coordinated.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        poll_interval_s: float = 2.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.path = Path(path)
+        self.poll_interval_s = poll_interval_s
+        self._sleep = sleep
+        self._lock = asyncio.Lock()
+        self._watchers: set[asyncio.Event] = set()
+        self._targets: dict[TargetRef, StoredTarget] = {}
+        self._generation = 0
+        self._signature: _Signature | None = None
+        self._invalid: PolicyFileInvalid | None = None
+        self._loaded = False
+        self._yaml = self.path.suffix.lower() in (".yaml", ".yml")
+
+    # -- reading the file
+
+    def _parse(self, text: str) -> tuple[int, dict[TargetRef, tuple[TargetSpec, int | None]]]:
+        try:
+            data = yaml.safe_load(text) if self._yaml else json.loads(text or "{}")
+        except (ValueError, yaml.YAMLError) as err:
+            raise PolicyFileInvalid(f"policy file {self.path}: not valid syntax: {err}") from None
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise PolicyFileInvalid(
+                f"policy file {self.path}",
+                [f"top level: must be a mapping, got {type(data).__name__}"],
+            )
+        generation = data.get("generation", 0)
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+            raise PolicyFileInvalid(
+                f"policy file {self.path}",
+                [f"generation: value {generation!r} must be a non-negative integer"],
+            )
+        items = data.get("targets", [])
+        if not isinstance(items, list):
+            raise PolicyFileInvalid(
+                f"policy file {self.path}",
+                [f"targets: value must be a list, got {type(items).__name__}"],
+            )
+        problems: list[str] = []
+        out: dict[TargetRef, tuple[TargetSpec, int | None]] = {}
+        for i, item in enumerate(items):
+            try:
+                spec = target_spec_from_dict(item)
+            except ConfigError as err:
+                problems.extend(f"targets[{i}].{p}" for p in err.problems)
+                continue
+            version = item.get("version")
+            if version is not None and (
+                isinstance(version, bool) or not isinstance(version, int) or version < 1
+            ):
+                problems.append(f"targets[{i}].version: value {version!r} must be an integer >= 1")
+                version = None
+            if spec.ref in out:
+                problems.append(f"targets[{i}]: {spec.ref} appears twice")
+            out[spec.ref] = (spec, version)
+        if problems:
+            raise PolicyFileInvalid(f"policy file {self.path}", problems)
+        return generation, out
+
+    def _reload_if_changed(self) -> bool:
+        """Re-read the file when its signature changed; True when the target list changed."""
+        sig = _signature(self.path)
+        if self._loaded and sig == self._signature:
+            return False
+        first = not self._loaded
+        if sig is None:
+            changed = first or bool(self._targets)
+            self._loaded, self._signature, self._targets, self._invalid = True, None, {}, None
+            return changed
+        try:
+            generation, parsed = self._parse(self.path.read_text(encoding="utf-8"))
+        except OSError as err:
+            raise ConfigError(f"policy file {self.path}: cannot read ({err.strerror})") from None
+        except PolicyFileInvalid as err:
+            if first:
+                raise  # refuse to start on an invalid file; nothing loaded yet
+            log.error("policy_file_invalid", path=str(self.path), problems=err.problems)
+            self._signature = sig
+            self._invalid = err
+            return False
+        self._loaded, self._signature, self._invalid = True, sig, None
+        gen = max(self._generation, generation)
+        new: dict[TargetRef, StoredTarget] = {}
+        for ref, (spec, version) in parsed.items():
+            old = self._targets.get(ref)
+            if old is not None and _canonical(old.spec) == _canonical(spec):
+                new[ref] = old
+            elif version is not None and (old is None or version > int(old.version)):
+                new[ref] = StoredTarget(spec, str(version))  # written with a fresh version
+            else:
+                gen += 1  # edited by hand, version unchanged: bump so a stale If-Match fails
+                new[ref] = StoredTarget(spec, str(gen))
+            gen = max(gen, int(new[ref].version))
+        self._generation = gen
+        before = {r: t.version for r, t in self._targets.items()}
+        self._targets = new
+        return first or before != {r: t.version for r, t in new.items()}
+
+    async def _refresh(self) -> None:
+        changed = await asyncio.to_thread(self._reload_if_changed)
+        if changed:
+            self._notify()
+
+    # -- writing the file
+
+    def _render(self, targets: Mapping[TargetRef, StoredTarget], generation: int) -> str:
+        items = []
+        for ref in sorted(targets, key=lambda r: (r.namespace, r.name)):
+            st = targets[ref]
+            items.append({**target_spec_to_dict(st.spec), "version": int(st.version)})
+        doc = {"apiVersion": API_VERSION, "generation": generation, "targets": items}
+        if self._yaml:
+            return yaml.safe_dump(doc, sort_keys=False)
+        return json.dumps(doc, indent=2) + "\n"
+
+    def _write_atomic(self, text: str) -> _Signature | None:
+        """Temp file in the same directory, fsync, rename over, fsync the directory."""
+        directory = self.path.parent
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return _signature(self.path)
+
+    async def _commit(self, targets: dict[TargetRef, StoredTarget], generation: int) -> None:
+        text = self._render(targets, generation)
+        sig = await asyncio.to_thread(self._write_atomic, text)
+        # Only now, durably stored, does the in-memory view change.
+        self._targets = targets
+        self._generation = generation
+        self._signature = sig
+        self._notify()
+
+    def _notify(self) -> None:
+        for event in self._watchers:
+            event.set()
+
+    def _check_writable(self) -> None:
+        if self._invalid is not None:
+            raise PolicyFileInvalid(
+                f"policy file {self.path} was edited outside the API and is invalid; "
+                "fix it before writing",
+                self._invalid.problems,
+            )
+
+    # -- PolicyStore
+
+    async def list(self, namespace: str | None = None) -> list[StoredTarget]:
+        async with self._lock:
+            await self._refresh()
+            return [
+                t
+                for ref, t in sorted(self._targets.items(), key=lambda kv: str(kv[0]))
+                if namespace is None or ref.namespace == namespace
+            ]
+
+    async def get(self, ref: TargetRef) -> StoredTarget:
+        async with self._lock:
+            await self._refresh()
+            try:
+                return self._targets[ref]
+            except KeyError:
+                raise NotFound(f"target {ref} not found") from None
+
+    async def put(self, spec: TargetSpec, if_match: str | None = None) -> StoredTarget:
+        async with self._lock:
+            await self._refresh()
+            self._check_writable()
+            # Canonical form (defaults filled in), so what is returned is what a re-read gives.
+            spec = target_spec_from_dict(target_spec_to_dict(spec))
+            old = self._targets.get(spec.ref)
+            if if_match is not None:
+                if old is None:
+                    raise PreconditionFailed(
+                        f"target {spec.ref} does not exist (If-Match {if_match!r})"
+                    )
+                if if_match != "*" and if_match != old.version:
+                    raise PreconditionFailed(
+                        f"target {spec.ref} is at version {old.version}, not {if_match!r}"
+                    )
+            generation = self._generation + 1
+            stored = StoredTarget(spec=spec, version=str(generation))
+            await self._commit({**self._targets, spec.ref: stored}, generation)
+            return stored
+
+    async def delete(self, ref: TargetRef, if_match: str | None = None) -> None:
+        async with self._lock:
+            await self._refresh()
+            self._check_writable()
+            old = self._targets.get(ref)
+            if old is None:
+                raise NotFound(f"target {ref} not found")
+            if if_match is not None and if_match not in ("*", old.version):
+                raise PreconditionFailed(
+                    f"target {ref} is at version {old.version}, not {if_match!r}"
+                )
+            remaining = {r: t for r, t in self._targets.items() if r != ref}
+            await self._commit(remaining, self._generation + 1)
+
+    async def watch(self) -> AsyncIterator[builtins.list[StoredTarget]]:
+        """Current list first, then on every change made here or to the file on disk."""
+        event = asyncio.Event()
+        self._watchers.add(event)
+        try:
+            last: dict[TargetRef, str] | None = None
+            while True:
+                event.clear()  # a change after this point sets it again: none is missed
+                async with self._lock:
+                    await self._refresh()
+                    snapshot = dict(self._targets)
+                versions = {r: t.version for r, t in snapshot.items()}
+                if versions != last:
+                    last = versions
+                    yield [snapshot[r] for r in sorted(snapshot, key=str)]
+                    continue
+                await self._wait_event_or_poll(event)
+        finally:
+            self._watchers.discard(event)
+
+    async def _wait_event_or_poll(self, event: asyncio.Event) -> None:
+        waiter = asyncio.ensure_future(event.wait())
+        poll = asyncio.ensure_future(self._sleep(self.poll_interval_s))
+        try:
+            await asyncio.wait({waiter, poll}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for fut in (waiter, poll):
+                if not fut.done():
+                    fut.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await fut

@@ -3,14 +3,15 @@ the metrics sources and the forecast planner."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from autoscaler.control.clock import Clock, MonotonicClock
 from autoscaler.control.ports import PodEndpoint, TargetView
 from autoscaler.domain import Decision, Forecast, TargetRef
-from autoscaler.errors import OwnershipError
+from autoscaler.errors import AutoscalerError, OwnershipError
 from autoscaler.forecast.planner import Planner, PlannerConfig
+from autoscaler.kube.crd import Condition
 from autoscaler.kube.pods import PodWatcher
 from autoscaler.kube.scale import ScaleClient
 from autoscaler.logging import get_logger
@@ -29,6 +30,17 @@ class WarmPoolPort(Protocol):
 
 class RecorderPort(Protocol):
     async def record(self, spec: TargetSpec, decision: Decision, applied: bool) -> None: ...
+
+
+class StatusWriterPort(Protocol):
+    async def write_status(
+        self,
+        ref: TargetRef,
+        decision: Decision | None,
+        *,
+        conditions: Sequence[Condition] = (),
+        observed_generation: int | None = None,
+    ) -> None: ...
 
 
 def _selector(match_labels: Mapping[str, str]) -> str:
@@ -50,14 +62,19 @@ class KubeCluster:
         capacity: CapacityPort | None = None,
         warm_pool: WarmPoolPort | None = None,
         recorder: RecorderPort | None = None,
+        status: StatusWriterPort | None = None,
         clock: Clock | None = None,
         ownership_check_s: float = 30.0,
+        status_every_s: float = 30.0,
     ) -> None:
         self.api = api
         self.scale_client = scale or ScaleClient(api)
         self.capacity = capacity
         self.warm_pool = warm_pool
         self.recorder = recorder
+        self.status = status
+        self.status_every_s = status_every_s
+        self._status_sent: dict[TargetRef, tuple[tuple[object, ...], float]] = {}
         self.clock = clock or MonotonicClock()
         self.ownership_check_s = ownership_check_s
         self._watchers: dict[TargetRef, PodWatcher] = {}
@@ -133,8 +150,29 @@ class KubeCluster:
             await self.warm_pool.resize(spec, replicas, peak)
 
     async def record(self, spec: TargetSpec, decision: Decision, applied: bool) -> None:
+        """Events for applied changes; the CRD status when the outcome changes (or every
+        ``status_every_s``), so a steady target costs no API writes per tick."""
         if self.recorder is not None:
             await self.recorder.record(spec, decision, applied)
+        if self.status is None:
+            return
+        owner = self._owner.get(spec.ref, (0.0, None))[1]
+        key = (decision.current_replicas, decision.desired_replicas, decision.reason, owner)
+        now = self.clock.now()
+        sent = self._status_sent.get(spec.ref)
+        if sent is not None and sent[0] == key and now - sent[1] < self.status_every_s:
+            return
+        condition = (
+            Condition("Actuating", "False", "OwnedByOtherAutoscaler", owner)
+            if owner
+            else Condition("Actuating", "True", "Reconciled", decision.message)
+        )
+        try:
+            await self.status.write_status(spec.ref, decision, conditions=(condition,))
+        except AutoscalerError as err:
+            log.warning("status write failed", target=str(spec.ref), error=str(err))
+            return
+        self._status_sent[spec.ref] = (key, now)
 
     async def close(self) -> None:
         for w in self._watchers.values():

@@ -47,6 +47,7 @@ class ControlLoop:
         observer: DecisionObserver | None = None,
         tick_interval_s: float = 1.0,
         max_conflict_retries: int = 3,
+        dry_run: bool = False,
     ) -> None:
         self.state = state
         self.cluster = cluster
@@ -57,6 +58,7 @@ class ControlLoop:
         self.observer = observer
         self.tick_interval_s = tick_interval_s
         self.max_conflict_retries = max_conflict_retries
+        self.dry_run = dry_run  # process-wide advisory mode: decide and publish, never write
         self._decision_states: dict[TargetRef, DecisionState] = {}
         self._planners: dict[TargetRef, PlannerPort] = {}
         self._next_due: dict[TargetRef, float] = {}
@@ -158,7 +160,7 @@ class ControlLoop:
         prev = self._decision_states.get(ref, DecisionState())
         decision, new_state = decide(spec.policy, obs, prev, now)
 
-        can_write = self.leader.is_leader and spec.mode == "direct"
+        can_write = self.leader.is_leader and spec.mode == "direct" and not self.dry_run
         if view.owner_conflict is not None and spec.mode == "direct":
             st.condition = f"OwnershipConflict: {view.owner_conflict}"
             can_write = False
@@ -174,11 +176,10 @@ class ControlLoop:
             await self._size_warm_pool(st, planner, now, decision)
         if planner is not None:
             decision = replace(decision, numbers={**planner.numbers(), **decision.numbers})
-        if decision.changed or applied:
-            try:
-                await self.cluster.record(spec, decision, applied)
-            except AutoscalerError as err:
-                log.warning("recording decision failed", target=str(ref), error=str(err))
+        try:  # every tick: the recorder decides what is worth an Event or a status write
+            await self.cluster.record(spec, decision, applied)
+        except AutoscalerError as err:
+            log.warning("recording decision failed", target=str(ref), error=str(err))
         if applied:
             st.applied_replicas = decision.desired_replicas
         await self.state.publish(ref, obs, decision)

@@ -112,6 +112,13 @@ async def test_advisory_mode_decides_but_never_writes() -> None:
     assert cluster.records == [("scale-up", False)]
 
 
+async def test_process_wide_dry_run_never_writes() -> None:
+    loop, cluster, signals, _, _ = make(dry_run=True)
+    signals.values = {"waiting": 16}
+    [d] = await loop.tick()
+    assert d.desired_replicas == 4 and cluster.writes == []
+
+
 async def test_follower_never_writes() -> None:
     loop, cluster, signals, _, _ = make(leader=NotLeader())
     signals.values = {"waiting": 16}

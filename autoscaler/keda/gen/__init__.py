@@ -1,0 +1,1 @@
+"""Generated from autoscaler/keda/externalscaler.proto; do not edit."""

@@ -1,0 +1,168 @@
+"""KEDA external scaler over a real grpcio client and server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+import grpc
+import pytest
+
+from autoscaler.control.state import ControllerState
+from autoscaler.domain import Reason, TargetRef
+from autoscaler.keda.gen import externalscaler_pb2 as pb
+from autoscaler.keda.gen import externalscaler_pb2_grpc as pb_grpc
+from tests.api.support import decision, observation, publish, register, spec
+
+REF = TargetRef("llm", "chat")
+
+
+def so_ref(name: str = "chat", namespace: str = "llm", **metadata: str) -> pb.ScaledObjectRef:
+    return pb.ScaledObjectRef(name=name, namespace=namespace, scalerMetadata=metadata)
+
+
+def hpa_replicas(value: float, target_size: float) -> int:
+    """HPA External metric, AverageValue: ceil(value / target) (outside tolerance)."""
+    return math.ceil(value / target_size)
+
+
+async def test_is_active_follows_the_latest_decision(
+    stub: pb_grpc.ExternalScalerStub, state: ControllerState
+) -> None:
+    register(state, spec())
+    await publish(state, REF, t=1.0, current=1, desired=1, active=True)
+    assert (await stub.IsActive(so_ref())).result is True
+    await publish(state, REF, t=2.0, current=1, desired=0, active=False)
+    assert (await stub.IsActive(so_ref())).result is False
+
+
+@pytest.mark.parametrize(("desired", "size"), [(1, "1"), (6, "1"), (4, "2.5"), (13, "100")])
+async def test_get_metrics_lands_hpa_on_desired_replicas(
+    stub: pb_grpc.ExternalScalerStub, state: ControllerState, desired: int, size: str
+) -> None:
+    register(state, spec())
+    await publish(state, REF, t=1.0, current=3, desired=desired)
+    ref = so_ref(targetSize=size)
+    metric_spec = (await stub.GetMetricSpec(ref)).metricSpecs[0]
+    assert metric_spec.targetSizeFloat == float(size)
+    assert metric_spec.targetSize >= 1  # deprecated int is set too
+    resp = await stub.GetMetrics(
+        pb.GetMetricsRequest(scaledObjectRef=ref, metricName=metric_spec.metricName)
+    )
+    mv = resp.metricValues[0]
+    assert mv.metricName == metric_spec.metricName
+    assert hpa_replicas(mv.metricValueFloat, metric_spec.targetSizeFloat) == desired
+    assert mv.metricValue == math.ceil(mv.metricValueFloat)
+
+
+async def test_scaler_metadata_selects_the_target(
+    stub: pb_grpc.ExternalScalerStub, state: ControllerState
+) -> None:
+    register(state, spec(namespace="inference", name="llama"))
+    await publish(state, TargetRef("inference", "llama"), t=1.0, current=2, desired=5)
+    ref = so_ref(name="my-scaledobject", namespace="apps", llmAutoscaler="llama")
+    ref.scalerMetadata["namespace"] = "inference"
+    resp = await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref, metricName=""))
+    assert resp.metricValues[0].metricValueFloat == 5.0
+
+
+async def test_unknown_target_is_not_found_with_a_clear_message(
+    stub: pb_grpc.ExternalScalerStub,
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.IsActive(so_ref(name="missing"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "llm/missing" in (err.value.details() or "")
+    assert "llmAutoscaler" in (err.value.details() or "")
+
+
+async def test_direct_mode_target_is_refused(
+    stub: pb_grpc.ExternalScalerStub, state: ControllerState
+) -> None:
+    register(state, spec(mode="direct"))
+    await publish(state, REF, t=1.0, current=2, desired=3)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=so_ref()))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_bad_metadata_is_invalid_argument(
+    stub: pb_grpc.ExternalScalerStub, state: ControllerState
+) -> None:
+    register(state, spec())
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.GetMetricSpec(so_ref(targetSize="-2"))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "targetSize" in (err.value.details() or "")
+
+
+async def test_missing_data_holds_current_and_never_reports_zero(
+    stub: pb_grpc.ExternalScalerStub, state: ControllerState
+) -> None:
+    status = register(state, spec())
+    with pytest.raises(grpc.aio.AioRpcError) as err:  # nothing observed yet
+        await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=so_ref()))
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # KEDA: error, not zero
+    status.observations.append(observation(1.0, current=3))  # observed, no decision yet
+    resp = await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=so_ref()))
+    assert resp.metricValues[0].metricValueFloat == 3.0
+    assert (await stub.IsActive(so_ref())).result is True
+    hold = decision(2.0, current=4, desired=0, active=False, reason=Reason.HOLD_MISSING_DATA)
+    await state.publish(REF, observation(2.0, current=4), hold)
+    resp = await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=so_ref()))
+    assert resp.metricValues[0].metricValueFloat == 4.0
+    assert (await stub.IsActive(so_ref())).result is True
+
+
+async def _next(stream: grpc.aio.UnaryStreamCall, timeout_s: float) -> pb.IsActiveResponse:
+    msg = await asyncio.wait_for(stream.read(), timeout_s)
+    assert msg is not grpc.aio.EOF
+    return msg
+
+
+async def test_stream_pushes_activation_change_right_after_the_publish(
+    stub: pb_grpc.ExternalScalerStub, state: ControllerState
+) -> None:
+    """The server re-reads only on a publish (recheck interval: 1 h), so a message that
+    arrives after the activating publish, with no further tick, was pushed by that tick."""
+    register(state, spec())
+    await publish(state, REF, t=0.0, current=0, desired=0, active=False)
+    stream = stub.StreamIsActive(so_ref())
+    assert (await _next(stream, 5.0)).result is False  # current state on open
+    for tick in range(1, 4):  # unchanged activation: nothing is sent
+        await publish(state, REF, t=float(tick), current=0, desired=0, active=False)
+    started = time.perf_counter()
+    await publish(state, REF, t=4.0, current=0, desired=1, active=True)  # the activating tick
+    pushed = await _next(stream, 5.0)
+    latency_s = time.perf_counter() - started
+    assert pushed.result is True
+    assert latency_s < 5.0  # bound of the wait above, not a performance claim
+    await publish(state, REF, t=5.0, current=1, desired=1, active=True)
+    await publish(state, REF, t=6.0, current=1, desired=0, active=False)
+    assert (await _next(stream, 5.0)).result is False  # the True at t=5 sent nothing
+    stream.cancel()
+
+
+async def test_stream_for_unknown_target_fails_at_once(
+    stub: pb_grpc.ExternalScalerStub,
+) -> None:
+    stream = stub.StreamIsActive(so_ref(name="missing"))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stream.read()
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_many_streams_all_receive_one_push(
+    stub: pb_grpc.ExternalScalerStub, state: ControllerState
+) -> None:
+    register(state, spec())
+    await publish(state, REF, t=0.0, current=0, desired=0, active=False)
+    streams = [stub.StreamIsActive(so_ref()) for _ in range(5)]
+    for s in streams:
+        assert (await _next(s, 5.0)).result is False
+    await publish(state, REF, t=1.0, current=0, desired=1, active=True)
+    results = await asyncio.gather(*(_next(s, 5.0) for s in streams))
+    assert all(r.result for r in results)
+    for s in streams:
+        s.cancel()

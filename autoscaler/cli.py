@@ -14,6 +14,7 @@ from collections.abc import Sequence
 COMMANDS: tuple[str, ...] = (
     "decide",
     "demo",
+    "run",
     "signals",
 )
 

@@ -59,6 +59,11 @@ class ControllerMetrics:
             [*target, "signal"],
             registry=r,
         )
+        self.is_leader = Gauge(
+            "llm_autoscaler_is_leader",
+            "1 while this instance holds the leader Lease (only the leader writes).",
+            registry=r,
+        )
         self.scrape_errors = Counter(
             "llm_autoscaler_scrape_errors", "Failed metric reads per target.", target, registry=r
         )

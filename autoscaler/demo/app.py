@@ -34,8 +34,11 @@ from autoscaler.domain import Decision, TargetRef
 from autoscaler.emulator.fleet import EmulatorFleet
 from autoscaler.emulator.loadgen import LoadGenerator, LoadReport
 from autoscaler.errors import ConfigError
+from autoscaler.kube.capacity import GpuCapacity
 from autoscaler.kube.config import api_client_for
+from autoscaler.kube.events import EventRecorder
 from autoscaler.kube.localapi.server import LocalKubeAPI
+from autoscaler.kube.warmpool import WarmPoolManager
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
 from autoscaler.policy.schema import load_policy
 from autoscaler.sim.traces import Trace, load_azure_csv, scale_rate
@@ -74,6 +77,7 @@ DEMO_POLICY: dict[str, Any] = {
     },
     "panic": {"windowSeconds": 3, "threshold": 2.0, "stableWindowSeconds": 10},
     "prediction": {"enabled": True, "forecaster": "auto", "coldStartPriorSeconds": 10},
+    "warmPool": {"enabled": True, "minReplicas": 0, "maxReplicas": 2, "leadTimeSeconds": 20},
 }
 
 
@@ -196,7 +200,12 @@ async def run_demo(
         )
         state = ControllerState()
         metrics = ControllerMetrics()
-        cluster = KubeCluster(api)
+        cluster = KubeCluster(
+            api,
+            capacity=GpuCapacity(api),
+            warm_pool=WarmPoolManager(api),
+            recorder=EventRecorder(api, instance="demo"),
+        )
         stack.push_async_callback(cluster.close)
         signals = SourceSignals(PodScrapeSource(ScrapeConfig(window_s=10.0, stale_after_s=5.0)))
         stack.push_async_callback(signals.close)
@@ -270,7 +279,7 @@ async def _serve_grpc(state: ControllerState, opts: DemoOptions) -> Callable[[],
     from autoscaler.keda.server import serve_grpc
 
     handle = await serve_grpc(state, opts.http_host, opts.grpc_port)
-    return handle.stop  # type: ignore[no-any-return]
+    return handle.stop
 
 
 async def _wait_for_ready_pod(fleet: EmulatorFleet, timeout_s: float) -> None:

@@ -18,9 +18,6 @@ from tests.deploy.manifests import DEPLOY, load_docs
 
 DASHBOARD = DEPLOY / "grafana" / "llm-autoscaler-dashboard.json"
 ALERTS = DEPLOY / "prometheus" / "alerts.yaml"
-# Named in the deployment contract but not yet exported by ControllerMetrics; the alerts
-# using it are written so that they stay silent while the series is absent.
-PENDING_CONTROLLER_METRICS = {"llm_autoscaler_is_leader"}
 METRIC_RE = re.compile(r"\b(llm_autoscaler_\w+|vllm:\w+)")
 
 
@@ -101,7 +98,7 @@ def test_promtool_check_catches_a_broken_expression(tmp_path: Path) -> None:
 
 
 def test_queries_use_only_metrics_that_are_exported() -> None:
-    known = _controller_series() | _vllm_series() | PENDING_CONTROLLER_METRICS
+    known = _controller_series() | _vllm_series()
     exprs = _dashboard_exprs() + [r["expr"] for r in _rules()]
     used = {m for e in exprs for m in METRIC_RE.findall(e)}
     assert used - known == set()

@@ -1,0 +1,175 @@
+"""The controller process: what `llm-autoscaler run` starts, as one composable object.
+
+Composition only (no decisions here): a policy store (the LLMAutoscaler CRD in a
+cluster, a file locally), Kubernetes adapters, a metrics source, leader election, the
+control loop, the REST API and the KEDA gRPC scaler. `start`/`stop` are explicit so tests
+can run two controllers against one API endpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.api.app import create_app
+from autoscaler.api.metrics import ControllerMetrics
+from autoscaler.api.security import ApiSettings
+from autoscaler.api.server import HttpServerHandle, serve_http
+from autoscaler.control.adapters import KubeCluster, PlannerAdapter, StatusWriterPort
+from autoscaler.control.loop import ControlLoop
+from autoscaler.control.ports import AlwaysLeader, LeaderPort, SignalPort
+from autoscaler.control.signals import SourceSignals
+from autoscaler.control.state import ControllerState
+from autoscaler.control.tasks import TaskGroup
+from autoscaler.keda.server import GrpcServerHandle, GrpcTls, serve_grpc
+from autoscaler.kube.capacity import GpuCapacity
+from autoscaler.kube.events import EventRecorder
+from autoscaler.kube.leader import LeaderElector, LeaseConfig
+from autoscaler.kube.warmpool import WarmPoolManager
+from autoscaler.logging import get_logger
+from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
+from autoscaler.metrics.prometheus import PrometheusSource
+from autoscaler.settings import Settings
+from autoscaler.store.base import PolicyStore
+from autoscaler.store.crd import CrdPolicyStore
+from autoscaler.store.file import FilePolicyStore
+
+log = get_logger(__name__)
+
+
+def _identity() -> str:
+    return os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def _lease_namespace(settings: Settings) -> str:
+    return os.environ.get("POD_NAMESPACE") or settings.namespace or "default"
+
+
+@dataclass
+class Controller:
+    settings: Settings
+    api: Any  # kubernetes_asyncio ApiClient
+    identity: str = field(default_factory=_identity)
+    state: ControllerState = field(default_factory=ControllerState)
+    metrics: ControllerMetrics = field(default_factory=ControllerMetrics)
+    http: HttpServerHandle | None = None
+    grpc: GrpcServerHandle | None = None
+    elector: LeaderElector | None = None
+    loop: ControlLoop | None = None
+    store: PolicyStore | None = None
+    _tasks: TaskGroup = field(default_factory=lambda: TaskGroup("controller"))
+    _closers: list[Any] = field(default_factory=list)
+
+    def _store(self) -> tuple[PolicyStore, StatusWriterPort | None]:
+        if self.settings.policy_file:
+            return FilePolicyStore(self.settings.policy_file), None
+        crd = CrdPolicyStore(self.api, self.settings.namespace)
+        return crd, crd
+
+    def _signals(self) -> SignalPort:
+        s = self.settings
+        if s.prometheus_url:
+            state = self.state
+
+            def selector(key: str) -> str:
+                for ref, st in state.targets.items():
+                    if str(ref) == key:
+                        name = st.spec.scale_target_ref.name
+                        return f'namespace="{ref.namespace}",pod=~"{name}-.*"'
+                return 'namespace="",pod=""'
+
+            return SourceSignals(PrometheusSource(s.prometheus_url, selector))
+        return SourceSignals(
+            PodScrapeSource(
+                ScrapeConfig(timeout_s=s.scrape_timeout_s, max_concurrency=s.scrape_concurrency)
+            )
+        )
+
+    def _on_leader_change(self, leader: bool) -> None:
+        self.state.is_leader = leader
+        self.metrics.is_leader.set(1.0 if leader else 0.0)
+        log.info("leadership changed", identity=self.identity, leader=leader)
+
+    async def start(self) -> None:
+        s = self.settings
+        store, status = self._store()
+        self.store = store
+        leader: LeaderPort = AlwaysLeader()
+        if s.leader_election:
+            self.elector = LeaderElector(
+                self.api,
+                LeaseConfig(
+                    namespace=_lease_namespace(s),
+                    name=s.lease_name,
+                    lease_duration_s=s.lease_duration_s,
+                    renew_deadline_s=s.lease_duration_s * 2 / 3,
+                    retry_period_s=max(s.lease_duration_s / 7.5, 0.1),
+                ),
+                self.identity,
+            )
+            leader = self.elector
+        else:
+            self._on_leader_change(True)
+        cluster = KubeCluster(
+            self.api,
+            capacity=GpuCapacity(self.api),
+            warm_pool=WarmPoolManager(self.api),
+            recorder=EventRecorder(self.api, instance=self.identity),
+            status=status,
+        )
+        self._closers.append(cluster.close)
+        signals = self._signals()
+        if isinstance(signals, SourceSignals):
+            self._closers.append(signals.close)
+        self.loop = ControlLoop(
+            self.state,
+            cluster,
+            signals,
+            planner_factory=PlannerAdapter,
+            leader=leader,
+            observer=self.metrics,
+            tick_interval_s=s.tick_interval_s,
+            dry_run=s.mode == "advisory",
+        )
+        self.loop.set_targets(await store.list(s.namespace))
+        app = create_app(self.state, store, ApiSettings.from_env(s), metrics=self.metrics)
+        from autoscaler.api.dashboard import dashboard_router
+
+        app.include_router(dashboard_router(self.state))
+        self.http = await serve_http(app, s.http.host, s.http.port)
+        self.grpc = await serve_grpc(
+            self.state, s.grpc.host, s.grpc.port, tls=GrpcTls.from_settings(s.grpc)
+        )
+        if self.elector is not None:
+            self._tasks.spawn("leader-election", self.elector.run(self._on_leader_change))
+        self._tasks.spawn("policy-watch", self._follow(store))
+        self._tasks.spawn("control-loop", self.loop.run())
+        log.info(
+            "controller started",
+            identity=self.identity,
+            http=self.http.url,
+            grpc_port=self.grpc.port,
+            mode=s.mode,
+        )
+
+    async def _follow(self, store: PolicyStore) -> None:
+        assert self.loop is not None
+        async for targets in store.watch():
+            self.loop.set_targets(targets)
+
+    async def stop(self) -> None:
+        """Stop writing first (loop, lease), then stop serving."""
+        await self._tasks.stop()
+        if self.elector is not None:
+            with contextlib.suppress(Exception):
+                await self.elector.release()
+        for close in reversed(self._closers):
+            with contextlib.suppress(Exception):
+                await close()
+        if self.grpc is not None:
+            await self.grpc.stop()
+        if self.http is not None:
+            await self.http.stop()

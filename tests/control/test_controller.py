@@ -1,0 +1,170 @@
+"""The controller process (`llm-autoscaler run`'s composition) against the local
+Kubernetes API: policies from LLMAutoscaler objects, status written back, and two
+instances with leader election never both writing. Real sockets and real (short) time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from autoscaler.control.controller import Controller
+from autoscaler.domain import TargetRef
+from autoscaler.kube.config import api_client_for
+from autoscaler.kube.crd import spec_to_object
+from autoscaler.kube.localapi.server import LocalKubeAPI
+from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL, METRICS_PORT_ANNOTATION
+from autoscaler.policy.schema import load_policy
+from autoscaler.settings import GrpcSettings, HttpSettings, Settings
+from autoscaler.store.base import ScaleTargetRef, TargetSpec
+
+REF = TargetRef("llm", "llama")
+PAGE = """# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m",engine="0"} 20
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m",engine="0"} 10
+"""
+
+
+async def until(pred: Callable[[], bool], deadline_s: float, what: str) -> None:
+    end = time.monotonic() + deadline_s
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline_s}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[tuple[LocalKubeAPI, int]]:
+    # One metrics server stands in for every pod (pods get IP 127.0.0.1 + this port).
+    app = web.Application()
+    app.router.add_get("/metrics", lambda _: web.Response(text=PAGE))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    async with LocalKubeAPI() as kube:
+        labels = {"app": "llama"}
+        kube.create(
+            "deployments",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "llama", "namespace": "llm"},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+                    },
+                },
+            },
+            group="apps",
+        )
+        for i in range(2):
+            kube.create(
+                "pods",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": f"llama-{i}", "namespace": "llm", "labels": labels},
+                    "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+                },
+            )
+            kube.mark_pod_ready("llm", f"llama-{i}", ip="127.0.0.1")
+        spec = TargetSpec(
+            ref=REF,
+            policy=load_policy(
+                {"maxReplicaCount": 8, "metrics": [{"signal": "waiting", "target": 10}]}
+            ),
+            scale_target_ref=ScaleTargetRef(name="llama"),
+        )
+        kube.create(CRD_PLURAL, spec_to_object(spec), group=CRD_GROUP)
+        yield kube, port
+    await runner.cleanup()
+
+
+def settings(port: int, **kw: Any) -> Settings:
+    return Settings(
+        http=HttpSettings(host="127.0.0.1", port=0),
+        grpc=GrpcSettings(host="127.0.0.1", port=0),
+        tick_interval_s=0.2,
+        lease_duration_s=1.5,
+        namespace="llm",
+        **kw,
+    )
+
+
+def replicas(kube: LocalKubeAPI) -> int:
+    dep = kube.get("deployments", "llm", "llama", group="apps")
+    assert dep is not None
+    return int(dep["spec"]["replicas"])
+
+
+def set_metrics_port(kube: LocalKubeAPI, port: int) -> None:
+    for i in range(2):
+        pod = kube.get("pods", "llm", f"llama-{i}")
+        assert pod is not None
+        pod["metadata"].setdefault("annotations", {})[METRICS_PORT_ANNOTATION] = str(port)
+        kube.update("pods", pod)
+
+
+async def test_run_scales_from_the_crd_and_writes_status(cluster: tuple[LocalKubeAPI, int]) -> None:
+    kube, port = cluster
+    set_metrics_port(kube, port)
+    api = api_client_for(kube.url)
+    ctl = Controller(settings(port, leader_election=False), api, identity="a")
+    await ctl.start()
+    try:
+        await until(lambda: replicas(kube) == 4, 10, "2 pods x 20 waiting / 10 per replica = 4")
+
+        def status() -> dict[str, Any]:
+            obj = kube.get(CRD_PLURAL, "llm", "llama", group=CRD_GROUP)
+            return (obj or {}).get("status") or {}
+
+        await until(lambda: status().get("desiredReplicas") == 4, 10, "status written")
+        assert status()["lastReason"] in ("scale-up", "steady", "within-tolerance")
+        events = kube.list_objects("events", "llm")
+        assert any("2 -> 4" in e.get("message", "") for e in events)
+    finally:
+        await ctl.stop()
+        await api.close()
+
+
+async def test_two_instances_never_both_write_and_fail_over(
+    cluster: tuple[LocalKubeAPI, int],
+) -> None:
+    kube, port = cluster
+    set_metrics_port(kube, port)
+    apis = [api_client_for(kube.url) for _ in range(2)]
+    a = Controller(settings(port), apis[0], identity="a")
+    b = Controller(settings(port), apis[1], identity="b")
+    await a.start()
+    await b.start()
+    try:
+        await until(lambda: a.state.is_leader or b.state.is_leader, 10, "a leader")
+        assert not (a.state.is_leader and b.state.is_leader)
+        await until(lambda: replicas(kube) == 4, 10, "the leader to scale")
+        leader, follower = (a, b) if a.state.is_leader else (b, a)
+        await asyncio.sleep(1.0)  # several ticks of both instances
+        patches = [c for c in kube.calls if c.resource == "deployments/scale" and c.verb == "patch"]
+        assert len(patches) == 1 and patches[0].status == 200  # one decision, one writer
+        await leader.stop()
+        await until(lambda: follower.state.is_leader, 10, "failover to the follower")
+        # The follower now acts: someone scales down to 1, the new leader scales back up.
+        dep = kube.get("deployments", "llm", "llama", group="apps")
+        assert dep is not None
+        dep["spec"]["replicas"] = 1
+        kube.update("deployments", dep, group="apps")
+        await until(lambda: replicas(kube) >= 2, 10, "the new leader to scale")
+    finally:
+        await a.stop()
+        await b.stop()
+        for api in apis:
+            await api.close()

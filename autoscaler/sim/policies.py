@@ -223,7 +223,7 @@ class KnativeKpa(_Base):
         self.panic_s = panic_window_s
         self.threshold = panic_threshold
         self.max_replicas = max_replicas
-        self._panic_since: float | None = None
+        self._last_panic_t: float | None = None
         self._max_panic = 0
 
     def _avg_concurrency(self, view: SimView, now: float, window_s: float) -> float | None:
@@ -245,13 +245,12 @@ class KnativeKpa(_Base):
         want_stable = math.ceil(stable / self.target)
         want_panic = math.ceil(panic / self.target)
         if want_panic / ready >= self.threshold:
-            if self._panic_since is None:
-                self._panic_since = now
+            self._last_panic_t = now  # panic lasts a stable window after its last trigger
             self._max_panic = max(self._max_panic, want_panic)
-        elif self._panic_since is not None and now - self._panic_since >= self.stable_s:
-            self._panic_since = None
+        elif self._last_panic_t is not None and now - self._last_panic_t >= self.stable_s:
+            self._last_panic_t = None
             self._max_panic = 0
-        if self._panic_since is not None:
+        if self._last_panic_t is not None:
             want = max(cur, self._max_panic, want_stable)
         else:
             want = max(want_stable, math.floor(ready / 2))

@@ -1,0 +1,136 @@
+"""`llm-autoscaler simulate`: replay a trace against policies and compare cost and SLO."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from autoscaler.errors import ConfigError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "simulate",
+        help="replay a request trace against autoscaling policies (cost vs SLO)",
+        description="Trace-driven simulation of vLLM replicas on a GPU cluster; compares "
+        "policies on the same trace, cluster and seed.",
+    )
+    p.add_argument("--trace", required=True, help="Azure CSV (.csv/.csv.gz) or JSONL trace")
+    p.add_argument("--policy", default="all", help="'all' or comma-separated policy names")
+    p.add_argument("--profile", default="8b-h100", help="hardware profile of a replica")
+    p.add_argument("--slo-ttft-s", type=float, default=0.5, help="TTFT SLO per request")
+    p.add_argument(
+        "--cold-start",
+        default="default",
+        help="preset (default, s3-streamer, download, 70b) or seconds: warm-node median",
+    )
+    p.add_argument("--price-per-gpu-hour", type=float, default=4.0)
+    p.add_argument("--warm-pool", type=int, default=0, help="pause pods kept warm")
+    p.add_argument("--rate-scale", type=float, default=1.0, help="thin/duplicate requests")
+    p.add_argument("--speed-up", type=float, default=1.0, help="compress time")
+    p.add_argument(
+        "--diurnal-day-s",
+        type=float,
+        default=None,
+        help="tile the trace over a day of this length under a day/night envelope",
+    )
+    p.add_argument("--static-replicas", type=int, default=None, help="skip static sizing")
+    p.add_argument("--json", type=Path, default=None, help="write results JSON here")
+    p.add_argument("--plot", type=Path, default=None, help="write a PNG plot here")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from autoscaler.sim.cluster import ClusterConfig, parse_cold_start
+    from autoscaler.sim.compare import CompareConfig, run_policies
+    from autoscaler.sim.policies import POLICY_NAMES
+    from autoscaler.sim.replica import get_profile
+    from autoscaler.sim.report import plot, print_table, write_json
+    from autoscaler.sim.traces import diurnal_day, load_trace, scale_rate, speed_up
+
+    if not args.slo_ttft_s > 0:
+        raise ConfigError(f"--slo-ttft-s: value {args.slo_ttft_s} must be > 0")
+    if args.warm_pool < 0:
+        raise ConfigError(f"--warm-pool: value {args.warm_pool} must be >= 0")
+    names = list(POLICY_NAMES) if args.policy == "all" else args.policy.split(",")
+    for name in names:
+        if name not in POLICY_NAMES:
+            raise ConfigError(
+                f"--policy: value {name!r} must be 'all' or one of {', '.join(POLICY_NAMES)}"
+            )
+    trace = load_trace(args.trace)
+    if args.speed_up != 1.0:
+        trace = speed_up(trace, args.speed_up)
+    if args.rate_scale != 1.0:
+        trace = scale_rate(trace, args.rate_scale, seed=args.seed)
+    if args.diurnal_day_s is not None:
+        trace = diurnal_day(trace, day_s=args.diurnal_day_s, seed=args.seed)
+    cluster = ClusterConfig(
+        profile=get_profile(args.profile),
+        cold_start=parse_cold_start(args.cold_start),
+        price_per_gpu_hour=args.price_per_gpu_hour,
+        warm_pool_size=args.warm_pool,
+    )
+    cfg = CompareConfig(
+        cluster=cluster,
+        slo_ttft_s=args.slo_ttft_s,
+        seed=args.seed,
+        static_replicas=args.static_replicas,
+    )
+    last = [0.0]
+
+    def progress(name: str, frac: float) -> None:
+        now = time.monotonic()
+        if args.quiet or now - last[0] < 1.0:
+            return
+        last[0] = now
+        print(f"  {name}: {frac:5.0%} of trace", file=sys.stderr, flush=True)
+
+    if not args.quiet:
+        print(
+            f"simulating {len(trace)} requests over {trace.duration_s / 60:.1f} min "
+            f"on {cluster.profile.name}: {', '.join(names)}",
+            file=sys.stderr,
+        )
+    t0 = time.perf_counter()
+    results, static_n = run_policies(trace, names, cfg, progress)
+    wall = time.perf_counter() - t0
+    summaries = [r.summary() for r in results]
+    print_table(
+        summaries,
+        f"{trace.name}: {len(trace)} requests, {cluster.profile.name}, "
+        f"TTFT SLO {args.slo_ttft_s:g} s, static-peak = {static_n} replicas",
+    )
+    if args.json is not None:
+        write_json(
+            args.json,
+            {
+                "trace": trace.name,
+                "requests": len(trace),
+                "duration_s": trace.duration_s,
+                "profile": cluster.profile.name,
+                "slo_ttft_s": args.slo_ttft_s,
+                "cold_start": args.cold_start,
+                "price_per_gpu_hour": args.price_per_gpu_hour,
+                "seed": args.seed,
+                "static_peak_replicas": static_n,
+                "wall_s": round(wall, 3),
+                "policies": {s["policy"]: s for s in summaries},
+            },
+        )
+    if args.plot is not None:
+        plot(results, trace, args.plot, args.slo_ttft_s)
+    return 0

@@ -19,7 +19,7 @@ system-deps:
 	bash scripts/system-deps.sh
 
 demo: install
-	$(BIN)/llm-autoscaler decide --policy examples/policy.yaml --signals examples/signals.jsonl
+	$(BIN)/llm-autoscaler demo
 
 lint: install
 	$(BIN)/ruff check autoscaler tests benchmarks

@@ -45,7 +45,7 @@ from autoscaler.policy.behavior import (
 )
 from autoscaler.policy.schema import MetricSpec, Policy
 
-_EPS = 1e-9
+_EPS = 1e-6  # replicas: absorbs float noise such as 0.7 * 3 / 0.7
 
 
 def _ceil(x: float) -> int:

@@ -45,14 +45,10 @@ from autoscaler.sim.traces import Trace, load_azure_csv, scale_rate
 from autoscaler.store.base import PolicyStore, ScaleTargetRef, TargetSpec
 from autoscaler.store.file import FilePolicyStore
 
-TRACE_CANDIDATES = (
-    Path("../shared/traces/AzureLLMInferenceTrace_code.csv.gz"),
-    Path(__file__).resolve().parents[2]
-    / ".."
-    / "shared"
-    / "traces"
-    / "AzureLLMInferenceTrace_code.csv.gz",
-)
+# A 6-minute window of the Azure code trace (its busiest burst) ships with the package;
+# see data/README.md for source and licence.
+BUNDLED_TRACE = Path(__file__).resolve().parent / "data" / "azure_code_minutes_13_19.csv.gz"
+BUNDLED_TRACE_OFFSET_S = 13 * 60.0
 
 # Timings scaled for a demo that runs in minutes: windows and cooldowns are real seconds.
 DEMO_POLICY: dict[str, Any] = {
@@ -94,7 +90,7 @@ class DemoOptions:
     load_factor: float = 4.0
     cold_start_s: float = 40.0  # emulated seconds (warm node, cached image, local weights)
     trace: Path | None = None
-    trace_start_s: float = 13 * 60.0  # the code trace's busiest minutes
+    trace_start_s: float = 13 * 60.0  # seconds into the code trace: its busiest minutes
     tick_s: float = 0.5
     summary_path: Path = Path("out/demo-summary.json")
 
@@ -107,21 +103,15 @@ class DemoResult:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def find_trace(explicit: Path | None) -> Path:
-    for path in (explicit,) if explicit else TRACE_CANDIDATES:
-        if path is not None and path.exists():
-            return path
-    raise ConfigError(
-        f"trace: value {str(explicit or TRACE_CANDIDATES[0])!r} does not exist; pass --trace "
-        "with an Azure CSV (TIMESTAMP,ContextTokens,GeneratedTokens)"
-    )
-
-
 def burst_trace(opts: DemoOptions) -> Trace:
     """Half the run is the burst (emulated seconds), the rest is quiet for the scale-down."""
-    trace = load_azure_csv(find_trace(opts.trace))
+    path = opts.trace or BUNDLED_TRACE
+    if not path.exists():
+        raise ConfigError(f"trace: file {str(path)!r} does not exist")
+    trace = load_azure_csv(path)
+    start = opts.trace_start_s - (BUNDLED_TRACE_OFFSET_S if opts.trace is None else 0.0)
     burst_s = opts.duration_s * opts.speed * 0.5
-    window = trace.window(opts.trace_start_s, opts.trace_start_s + burst_s)
+    window = trace.window(max(start, 0.0), max(start, 0.0) + burst_s)
     return scale_rate(window, opts.load_factor, seed=7) if opts.load_factor != 1 else window
 
 

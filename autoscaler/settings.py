@@ -45,11 +45,14 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as err:
-        raise ConfigError(f"config file {p}: not valid {p.suffix.lstrip('.') or 'YAML'}: {err}")
+        kind = p.suffix.lstrip(".") or "YAML"
+        raise ConfigError(f"config file {p}: not valid {kind}: {err}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {p}: top level must be a mapping, got {type(data).__name__}")
+        raise ConfigError(
+            f"config file {p}: top level must be a mapping, got {type(data).__name__}"
+        )
     return data
 
 

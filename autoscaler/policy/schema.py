@@ -7,6 +7,7 @@ JSON/YAML) so users can paste what they already have. Validation happens here, o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -170,10 +171,12 @@ class Policy(_Model):
                         f"{m.signal!r} must be <= 1"
                     )
                 if m.type == "AverageValue" and not self.allow_fraction_average_value:
+                    ceiling = 1 / m.target
+                    bound = f"{math.ceil(ceiling)}" if math.isfinite(ceiling) else "a fixed"
                     problems.append(
                         f"metrics[{i}].type: AverageValue on fraction signal {m.signal!r} "
                         f"computes ceil(fraction / {m.target}) and can never ask for more "
-                        f"than {int(-(-1 // m.target))} replicas; use type Value (or set "
+                        f"than {bound} replicas; use type Value (or set "
                         "allowFractionAverageValue to reproduce KEDA's behaviour)"
                     )
         if problems:

@@ -204,9 +204,26 @@ def _status_doc(state: ControllerState, ref: TargetRef) -> dict[str, Any] | None
     }
 
 
+_DOC_CACHE: dict[tuple[TargetRef, str], dict[str, Any]] = {}
+_DOC_CACHE_MAX = 4096
+
+
+def _spec_doc(stored: StoredTarget) -> dict[str, Any]:
+    """Rendering a policy is the costliest part of a read; versions never change content."""
+    key = (stored.spec.ref, stored.version)
+    doc = _DOC_CACHE.get(key)
+    if doc is None or doc.get("_spec") is not stored.spec:
+        if len(_DOC_CACHE) >= _DOC_CACHE_MAX:
+            _DOC_CACHE.clear()
+        doc = {"_spec": stored.spec, "doc": target_spec_to_dict(stored.spec)}
+        _DOC_CACHE[key] = doc
+    rendered: dict[str, Any] = doc["doc"]
+    return rendered
+
+
 def _target_doc(stored: StoredTarget, state: ControllerState) -> dict[str, Any]:
     return {
-        **target_spec_to_dict(stored.spec),
+        **_spec_doc(stored),
         "version": stored.version,
         "status": _status_doc(state, stored.spec.ref),
     }
@@ -385,10 +402,10 @@ def create_app(
     @app.get("/v1/targets", tags=["targets"], dependencies=can_read, responses=_READ)
     async def list_targets(
         namespace: Annotated[str | None, Query(pattern=NAME_PATTERN, max_length=253)] = None,
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         """All targets (optionally of one namespace) with their version and status."""
         items = await store.list(namespace)
-        return {"items": [_target_doc(t, state) for t in items]}
+        return JSONResponse({"items": [_target_doc(t, state) for t in items]})
 
     @app.get(
         "/v1/targets/{namespace}/{name}",
@@ -396,10 +413,9 @@ def create_app(
         dependencies=can_read,
         responses=_READ,
     )
-    async def get_target(namespace: Namespace, name: Name, response: Response) -> dict[str, Any]:
+    async def get_target(namespace: Namespace, name: Name) -> JSONResponse:
         stored = await store.get(TargetRef(namespace, name))
-        response.headers["ETag"] = _etag(stored.version)
-        return _target_doc(stored, state)
+        return JSONResponse(_target_doc(stored, state), headers={"ETag": _etag(stored.version)})
 
     async def _store_spec(
         spec: TargetSpec, if_match: str | None, response: Response, created: bool
@@ -582,12 +598,12 @@ def create_app(
         namespace: Namespace,
         name: Name,
         limit: Annotated[int, Query(ge=1, le=HISTORY_LEN)] = 50,
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         """Recent decisions, newest first (bounded by the loop's history length)."""
         ref = TargetRef(namespace, name)
         _known(ref)
         items = state.targets[ref].recent_decisions(limit)
-        return {"items": [d.to_dict() for d in items], "limit": limit}
+        return JSONResponse({"items": [d.to_dict() for d in items], "limit": limit})
 
     @app.post(
         "/v1/targets/{namespace}/{name}/dry-run",

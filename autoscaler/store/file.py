@@ -39,6 +39,10 @@ from autoscaler.store.base import (
 
 log = get_logger(__name__)
 
+# libyaml's safe loader/dumper when present (several times faster), else pure Python.
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 API_VERSION: Final = "llm-autoscaler.io/v1"
 _MODES: Final[tuple[str, ...]] = get_args(Mode)
 _KINDS: Final[tuple[str, ...]] = ("Deployment", "StatefulSet")
@@ -255,7 +259,7 @@ class FilePolicyStore:
 
     def _parse(self, text: str) -> tuple[int, dict[TargetRef, tuple[TargetSpec, int | None]]]:
         try:
-            data = yaml.safe_load(text) if self._yaml else json.loads(text or "{}")
+            data = yaml.load(text, Loader=_Loader) if self._yaml else json.loads(text or "{}")
         except (ValueError, yaml.YAMLError) as err:
             raise PolicyFileInvalid(f"policy file {self.path}: not valid syntax: {err}") from None
         if data is None:
@@ -338,9 +342,20 @@ class FilePolicyStore:
         return first or before != {r: t.version for r, t in new.items()}
 
     async def _refresh(self) -> None:
+        if self._loaded and _signature(self.path) == self._signature:
+            return  # one stat(): the common case stays on the loop, no thread hop
         changed = await asyncio.to_thread(self._reload_if_changed)
         if changed:
             self._notify()
+
+    async def _read_view(self) -> dict[TargetRef, StoredTarget]:
+        """Reads never queue behind a write: during one they see the last committed view
+        (the write is not acknowledged yet, so nobody can have been told otherwise)."""
+        if self._lock.locked() and self._loaded:
+            return self._targets
+        async with self._lock:
+            await self._refresh()
+            return self._targets
 
     # -- writing the file
 
@@ -351,7 +366,7 @@ class FilePolicyStore:
             items.append({**target_spec_to_dict(st.spec), "version": int(st.version)})
         doc = {"apiVersion": API_VERSION, "generation": generation, "targets": items}
         if self._yaml:
-            return yaml.safe_dump(doc, sort_keys=False)
+            return yaml.dump(doc, Dumper=_Dumper, sort_keys=False)
         return json.dumps(doc, indent=2) + "\n"
 
     def _write_atomic(self, text: str) -> _Signature | None:
@@ -377,8 +392,10 @@ class FilePolicyStore:
         return _signature(self.path)
 
     async def _commit(self, targets: dict[TargetRef, StoredTarget], generation: int) -> None:
-        text = self._render(targets, generation)
-        sig = await asyncio.to_thread(self._write_atomic, text)
+        def render_and_write() -> _Signature | None:
+            return self._write_atomic(self._render(targets, generation))
+
+        sig = await asyncio.to_thread(render_and_write)  # YAML rendering is slow: off the loop
         # Only now, durably stored, does the in-memory view change.
         self._targets = targets
         self._generation = generation
@@ -400,21 +417,19 @@ class FilePolicyStore:
     # -- PolicyStore
 
     async def list(self, namespace: str | None = None) -> list[StoredTarget]:
-        async with self._lock:
-            await self._refresh()
-            return [
-                t
-                for ref, t in sorted(self._targets.items(), key=lambda kv: str(kv[0]))
-                if namespace is None or ref.namespace == namespace
-            ]
+        view = await self._read_view()
+        return [
+            t
+            for ref, t in sorted(view.items(), key=lambda kv: str(kv[0]))
+            if namespace is None or ref.namespace == namespace
+        ]
 
     async def get(self, ref: TargetRef) -> StoredTarget:
-        async with self._lock:
-            await self._refresh()
-            try:
-                return self._targets[ref]
-            except KeyError:
-                raise NotFound(f"target {ref} not found") from None
+        view = await self._read_view()
+        try:
+            return view[ref]
+        except KeyError:
+            raise NotFound(f"target {ref} not found") from None
 
     async def put(self, spec: TargetSpec, if_match: str | None = None) -> StoredTarget:
         async with self._lock:

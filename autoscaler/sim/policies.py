@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autoscaler.domain import Decision, DecisionState, Forecast, Observation
+from autoscaler.domain import Decision, DecisionState, Forecast, Observation, TimedValue
 from autoscaler.errors import ConfigError
 from autoscaler.policy.schema import (
     Behavior,
@@ -83,7 +83,14 @@ class DecideAutoscaler(_Base):
         self.scrape = scrape
         self.poll_interval_s = float(policy.polling_interval)
         self.forecaster = forecaster
-        self.state = DecisionState()
+        # The Deployment ran at `initial_replicas` under this autoscaler before the trace
+        # began: seed the stabilisation history so t=0 is not a cold controller start.
+        self.state = DecisionState(
+            recommendations=tuple(
+                TimedValue(t=-float(k), value=float(initial_replicas)) for k in range(0, 600, 15)
+            ),
+            last_replicas=initial_replicas,
+        )
         self.decisions: deque[Decision] = deque(maxlen=2000)
 
     def observation(self, now: float, view: SimView) -> Observation:

@@ -52,7 +52,7 @@ def _cleanup_tmp() -> Iterator[None]:
 
 @schema.parametrize()
 @settings(
-    max_examples=8,
+    max_examples=4,
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=True,

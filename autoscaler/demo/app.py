@@ -28,7 +28,7 @@ from autoscaler.control.loop import ControlLoop
 from autoscaler.control.signals import SourceSignals
 from autoscaler.control.state import ControllerState
 from autoscaler.control.tasks import TaskGroup
-from autoscaler.demo.runtime import EmulatorRuntime
+from autoscaler.demo.runtime import EmulatedClock, EmulatorRuntime
 from autoscaler.demo.view import DemoView
 from autoscaler.domain import Decision, TargetRef
 from autoscaler.emulator.fleet import EmulatorFleet
@@ -50,11 +50,12 @@ from autoscaler.store.file import FilePolicyStore
 BUNDLED_TRACE = Path(__file__).resolve().parent / "data" / "azure_code_minutes_13_19.csv.gz"
 BUNDLED_TRACE_OFFSET_S = 13 * 60.0
 
-# Timings scaled for a demo that runs in minutes: windows and cooldowns are real seconds.
+# The control loop runs in emulated time (see EmulatedClock), so these are the values a
+# user would run in production: windows, cooldowns and cold starts in real-world seconds.
 DEMO_POLICY: dict[str, Any] = {
     "minReplicaCount": 1,
     "maxReplicaCount": 6,
-    "cooldownPeriod": 30,
+    "cooldownPeriod": 300,
     "pollingInterval": 1,
     "metrics": [
         {"signal": "waiting", "type": "AverageValue", "target": 4},
@@ -64,16 +65,19 @@ DEMO_POLICY: dict[str, Any] = {
     "behavior": {
         "scaleUp": {
             "stabilizationWindowSeconds": 0,
-            "policies": [{"type": "Percent", "value": 100, "periodSeconds": 5}],
+            "policies": [
+                {"type": "Percent", "value": 100, "periodSeconds": 15},
+                {"type": "Pods", "value": 4, "periodSeconds": 15},
+            ],
         },
         "scaleDown": {
-            "stabilizationWindowSeconds": 15,
-            "policies": [{"type": "Pods", "value": 1, "periodSeconds": 5}],
+            "stabilizationWindowSeconds": 60,
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": 20}],
         },
     },
-    "panic": {"windowSeconds": 3, "threshold": 2.0, "stableWindowSeconds": 10},
-    "prediction": {"enabled": True, "forecaster": "auto", "coldStartPriorSeconds": 10},
-    "warmPool": {"enabled": True, "minReplicas": 0, "maxReplicas": 2, "leadTimeSeconds": 20},
+    "panic": {"windowSeconds": 6, "threshold": 2.0, "stableWindowSeconds": 60},
+    "prediction": {"enabled": True, "forecaster": "auto", "coldStartPriorSeconds": 60},
+    "warmPool": {"enabled": True, "minReplicas": 0, "maxReplicas": 2, "leadTimeSeconds": 120},
 }
 
 
@@ -88,10 +92,10 @@ class DemoOptions:
     speed: float = 4.0
     headless: bool = False
     load_factor: float = 4.0
-    cold_start_s: float = 40.0  # emulated seconds (warm node, cached image, local weights)
+    cold_start_s: float = 60.0  # emulated seconds (warm node, cached image, local weights)
     trace: Path | None = None
     trace_start_s: float = 13 * 60.0  # seconds into the code trace: its busiest minutes
-    tick_s: float = 0.5
+    tick_s: float = 1.0  # emulated seconds
     summary_path: Path = Path("out/demo-summary.json")
 
 
@@ -104,13 +108,13 @@ class DemoResult:
 
 
 def burst_trace(opts: DemoOptions) -> Trace:
-    """Half the run is the burst (emulated seconds), the rest is quiet for the scale-down."""
+    """The first 40% of the run is the burst, the rest is quiet for the scale-down."""
     path = opts.trace or BUNDLED_TRACE
     if not path.exists():
         raise ConfigError(f"trace: file {str(path)!r} does not exist")
     trace = load_azure_csv(path)
     start = opts.trace_start_s - (BUNDLED_TRACE_OFFSET_S if opts.trace is None else 0.0)
-    burst_s = opts.duration_s * opts.speed * 0.5
+    burst_s = opts.duration_s * opts.speed * 0.4
     window = trace.window(max(start, 0.0), max(start, 0.0) + burst_s)
     return scale_rate(window, opts.load_factor, seed=7) if opts.load_factor != 1 else window
 
@@ -171,7 +175,12 @@ async def run_demo(
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llm-autoscaler-demo-")))
         fleet = EmulatorFleet(speed=opts.speed)
         stack.push_async_callback(fleet.stop_all)
-        kube = LocalKubeAPI(controller=True, runtime=EmulatorRuntime(fleet, opts.cold_start_s))
+        clock = EmulatedClock(fleet, wall_start=time.time())
+        kube = LocalKubeAPI(
+            controller=True,
+            runtime=EmulatorRuntime(fleet, opts.cold_start_s),
+            clock=clock.wall,
+        )
         await kube.start()
         stack.push_async_callback(kube.close)
         kube.create("nodes", _node("gpu-node-1", 8))
@@ -194,7 +203,8 @@ async def run_demo(
             api,
             capacity=GpuCapacity(api),
             warm_pool=WarmPoolManager(api),
-            recorder=EventRecorder(api, instance="demo"),
+            recorder=EventRecorder(api, instance="demo", wall_clock=clock.wall),
+            clock=clock,
         )
         stack.push_async_callback(cluster.close)
         signals = SourceSignals(PodScrapeSource(ScrapeConfig(window_s=10.0, stale_after_s=5.0)))
@@ -205,6 +215,7 @@ async def run_demo(
             signals,
             planner_factory=PlannerAdapter,
             observer=metrics,
+            clock=clock,
             tick_interval_s=opts.tick_s,
         )
         loop.set_targets(await store.list())
@@ -245,7 +256,7 @@ async def run_demo(
                 status = state.status(ref)
                 if status is not None and status.last_decision is not None:
                     obs = status.observations[-1] if status.observations else None
-                    view.update(time.monotonic() - started, status.last_decision, obs)
+                    view.update(clock.now(), status.last_decision, obs)
                     result.max_replicas = max(
                         result.max_replicas, status.last_decision.current_replicas
                     )

@@ -29,3 +29,23 @@ class EmulatorRuntime:
         name = pod["metadata"]["name"]
         if name in self.fleet.replicas:
             await self.fleet.stop_replica(name, drain=True)
+
+
+class EmulatedClock:
+    """The demo's `Clock`: the control loop lives in the emulators' time, so policy
+    windows, cooldowns, forecasts and learned cold starts are all in emulated seconds
+    (realistic values) while the demo runs ``speed`` times faster than real time."""
+
+    def __init__(self, fleet: EmulatorFleet, wall_start: float) -> None:
+        self.fleet = fleet
+        self.wall_start = wall_start
+
+    def now(self) -> float:
+        return self.fleet.clock.now()
+
+    def wall(self) -> float:
+        """Emulated epoch seconds (for Kubernetes timestamps)."""
+        return self.wall_start + self.fleet.clock.now()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, self.fleet.clock.real_duration(seconds)))

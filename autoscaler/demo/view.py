@@ -10,7 +10,17 @@ from rich.table import Table
 
 from autoscaler.domain import Decision, Observation
 
-COLUMNS = ("t_s", "replicas", "ready", "desired", "waiting", "running", "kv", "ttft_p95", "reason")
+COLUMNS = (
+    "emu_t_s",
+    "replicas",
+    "ready",
+    "desired",
+    "waiting",
+    "running",
+    "kv",
+    "ttft_p95",
+    "reason",
+)
 
 
 def _fmt(value: float | None, spec: str) -> str:

@@ -23,7 +23,7 @@ def test_headless_demo_scales_up_and_down_and_exits_zero(tmp_path: Path) -> None
             "demo",
             "--headless",
             "--duration",
-            "45",
+            "50",
             "--speed",
             "8",
             "--http-port",

@@ -187,6 +187,91 @@ def _hold(
     return decision, state
 
 
+def _panic(
+    policy: Policy,
+    obs: Observation,
+    state: DecisionState,
+    now: float,
+    demand_now: float,
+    numbers: dict[str, float],
+) -> tuple[DecisionState, bool, int]:
+    """Knative KPA panic: (new state, in panic, replicas to hold at least)."""
+    if policy.panic is None:
+        return state, False, 0
+    state = replace(state, demand=(*state.demand, TimedValue(now, demand_now)))
+    window = [d.value for d in state.demand]
+    panic_avg = sum(window) / len(window)
+    panic_desired = _ceil(panic_avg)
+    numbers["panic_demand_replicas"] = panic_avg
+    if panic_desired / max(obs.ready_replicas, 1) >= policy.panic.threshold:
+        state = replace(state, panic_until_t=now + policy.panic.stable_window_seconds)
+    if state.panic_until_t is not None and now < state.panic_until_t:
+        floor = max(state.panic_max_replicas, panic_desired, obs.current_replicas)
+        return replace(state, panic_max_replicas=floor), True, floor
+    return replace(state, panic_until_t=None, panic_max_replicas=0), False, 0
+
+
+def _rate_limited(
+    policy: Policy,
+    cur: int,
+    desired: int,
+    hpa_min: int,
+    state: DecisionState,
+    up: Rules,
+    down: Rules,
+    now: float,
+    numbers: dict[str, float],
+    limits: list[Reason],
+) -> int:
+    """HPA ``convertDesiredReplicasWithBehaviorRate``: rate policies, then min/max."""
+    if desired > cur:
+        up_limit = max(scale_up_limit(cur, state.events, up, now), cur)
+        numbers["scale_up_limit"] = float(up_limit)
+        allowed = min(policy.max_replica_count, up_limit)
+        if desired > allowed:
+            limits.append(
+                Reason.RATE_LIMITED if up_limit < policy.max_replica_count else Reason.MAX_REPLICAS
+            )
+            return allowed
+    elif desired < cur:
+        down_limit = min(scale_down_limit(cur, state.events, down, now), cur)
+        numbers["scale_down_limit"] = float(down_limit)
+        allowed = max(hpa_min, down_limit)
+        if desired < allowed:
+            limits.append(Reason.RATE_LIMITED if down_limit > hpa_min else Reason.MIN_REPLICAS)
+            return allowed
+    return desired
+
+
+def _keda_scale_executor(
+    policy: Policy, cur: int, active: bool, data_complete: bool, state: DecisionState, now: float
+) -> tuple[int, Reason | None, bool] | None:
+    """KEDA's own scaling around the HPA: activation from zero/idle and going idle after
+    ``cooldownPeriod`` (never on missing data). Returns (desired, reason, cooling down);
+    a ``None`` reason means the HPA part decides; ``None`` means KEDA idling is off."""
+    idle_allowed = policy.min_replica_count == 0 or policy.idle_replica_count is not None
+    if not idle_allowed:
+        return None
+    idle_target = policy.idle_replica_count if policy.idle_replica_count is not None else 0
+    cooling = False
+    if not active and data_complete:
+        assert state.last_active_t is not None
+        if cur <= idle_target:
+            return cur, Reason.IDLE, False
+        if now - state.last_active_t >= policy.cooldown_period:
+            return idle_target, Reason.IDLE, False
+        cooling = True
+    if cur <= idle_target:
+        if active:
+            return (
+                min(max(policy.min_replica_count, 1), policy.max_replica_count),
+                Reason.ACTIVATE,
+                False,
+            )
+        return cur, Reason.IDLE, cooling
+    return cur, None, cooling
+
+
 def decide(
     policy: Policy, obs: Observation, state: DecisionState, now: float
 ) -> tuple[Decision, DecisionState]:
@@ -242,25 +327,16 @@ def decide(
     numbers["demand_replicas"] = demand_now
     ctx = _Ctx(policy, obs, now, recs, numbers, active, raw)
 
-    # KEDA activation / idle handling (bypasses HPA, as KEDA's scale executor does).
     hpa_min = max(policy.min_replica_count, 1)
-    idle_allowed = policy.min_replica_count == 0 or policy.idle_replica_count is not None
-    idle_target = policy.idle_replica_count if policy.idle_replica_count is not None else 0
-    data_complete = not missing and obs.complete
-    if not active and idle_allowed and data_complete:
-        assert state.last_active_t is not None
-        idle_for = now - state.last_active_t
-        numbers["inactive_for_s"] = idle_for
-        if cur <= idle_target:
-            return _final(ctx, state, cur, Reason.IDLE, [])
-        if idle_for >= policy.cooldown_period:
-            return _final(ctx, state, idle_target, Reason.IDLE, [])
-        limits.append(Reason.COOLDOWN)
-    if cur <= idle_target and idle_allowed:
-        if active:
-            target = min(max(hpa_min, 1), policy.max_replica_count)
-            return _final(ctx, state, target, Reason.ACTIVATE, [])
-        return _final(ctx, state, cur, Reason.IDLE, limits)
+    keda = _keda_scale_executor(policy, cur, active, not missing and obs.complete, state, now)
+    if keda is not None:
+        desired, reason, cooling = keda
+        if cooling:
+            limits.append(Reason.COOLDOWN)
+        if reason is not None:
+            assert state.last_active_t is not None
+            numbers["inactive_for_s"] = now - state.last_active_t
+            return _final(ctx, state, desired, reason, limits if desired == cur else [])
 
     # HPA: out-of-range current counts snap to the bounds first.
     if cur > policy.max_replica_count:
@@ -268,25 +344,7 @@ def decide(
     if cur < hpa_min:
         return _final(ctx, state, hpa_min, Reason.MIN_REPLICAS, limits)
 
-    # Knative panic mode.
-    in_panic = False
-    panic_floor = 0
-    if policy.panic is not None:
-        state = replace(state, demand=(*state.demand, TimedValue(now, demand_now)))
-        window = [d.value for d in state.demand]
-        panic_avg = sum(window) / len(window)
-        panic_desired = _ceil(panic_avg)
-        ready = max(obs.ready_replicas, 1)
-        numbers["panic_demand_replicas"] = panic_avg
-        if panic_desired / ready >= policy.panic.threshold:
-            state = replace(state, panic_until_t=now + policy.panic.stable_window_seconds)
-        if state.panic_until_t is not None and now < state.panic_until_t:
-            in_panic = True
-            panic_floor = max(state.panic_max_replicas, panic_desired, cur)
-            state = replace(state, panic_max_replicas=panic_floor)
-        else:
-            state = replace(state, panic_until_t=None, panic_max_replicas=0)
-
+    state, in_panic, panic_floor = _panic(policy, obs, state, now, demand_now, numbers)
     history = state.recommendations
     state = replace(state, recommendations=(*history, TimedValue(now, float(raw))))
     if in_panic:
@@ -297,23 +355,7 @@ def decide(
         limits.append(Reason.STABILIZED)
     numbers["stabilized_recommendation"] = float(stabilized)
 
-    desired = stabilized
-    if desired > cur:
-        up_limit = max(scale_up_limit(cur, state.events, up, now), cur)
-        numbers["scale_up_limit"] = float(up_limit)
-        allowed = min(policy.max_replica_count, up_limit)
-        if desired > allowed:
-            desired = allowed
-            limits.append(
-                Reason.RATE_LIMITED if up_limit < policy.max_replica_count else Reason.MAX_REPLICAS
-            )
-    elif desired < cur:
-        down_limit = min(scale_down_limit(cur, state.events, down, now), cur)
-        numbers["scale_down_limit"] = float(down_limit)
-        allowed = max(hpa_min, down_limit)
-        if desired < allowed:
-            desired = allowed
-            limits.append(Reason.RATE_LIMITED if down_limit > hpa_min else Reason.MIN_REPLICAS)
+    desired = _rate_limited(policy, cur, stabilized, hpa_min, state, up, down, now, numbers, limits)
     reason = reason_hint or (Reason.PANIC if in_panic and desired > cur else None)
     return _final(ctx, state, desired, reason, limits)
 

@@ -112,13 +112,13 @@ class _Labels(dict[str, str]):
 _NO_LABELS: Mapping[str, str] = _Labels()
 
 
-@dataclass(frozen=True, slots=True)
-class Family:
+class Family(NamedTuple):
     """A metric family keyed by its base name (counters without ``_total``).
 
     ``origin`` is the line of the family's first sample, or (page text with a leading
     newline, offset of that line) when the fast parser found it: counting newlines
     costs as much as the parse, so the line is only counted when someone asks.
+    A NamedTuple for the same reason as `Sample`.
     """
 
     name: str
@@ -412,6 +412,8 @@ def _parse_strict(text: str, wanted: Collection[str] | None) -> Page:
 # hit always parses as the general path would. Shared across pages (bounded).
 _HEADS: dict[str, tuple[str, Mapping[str, str]]] = {}
 _HEADS_MAX = 16384
+# Where each family's first line was on the last page parsed (a search start, see `_first`).
+_FIRST_HINT: dict[str, int] = {}
 # Bytes of each family's last group (plus slack): the chunk size of its next walk.
 _GROUP_BYTES: dict[str, int] = {}
 
@@ -572,6 +574,27 @@ class _Walk:
         return True
 
 
+def _first(scan: str, needle: str, last: int) -> int:
+    """The offset of the first ``needle`` in ``scan`` (``last`` is the last one).
+
+    `str.rfind` runs 2-3x faster than `str.find` here, so the search starts from where
+    the family began on the previous page and proves, searching backwards, that no
+    earlier line has the name; without a hint (or if the layout moved) it is a plain
+    forward search. Exact either way: the hint only picks the search.
+    """
+    hint = _FIRST_HINT.get(needle)
+    if hint is not None and hint <= last:
+        found = scan.rfind(needle, 0, hint + len(needle))
+        if found < 0:
+            found = scan.find(needle, hint)
+        elif scan.rfind(needle, 0, found) >= 0:
+            found = scan.find(needle)
+    else:
+        found = scan.find(needle)
+    _FIRST_HINT[needle] = found
+    return found
+
+
 def _parse_fast(text: str, wanted: frozenset[str]) -> Page:
     stripped = text.lstrip()
     if stripped and stripped[0] not in _FIRST_CHARS:
@@ -585,10 +608,10 @@ def _parse_fast(text: str, wanted: frozenset[str]) -> Page:
     families: dict[str, Family] = {}
     for family in wanted:
         needle = "\n" + family
-        hit = scan.find(needle)
-        if hit < 0:
-            continue
         last = scan.rfind(needle)  # lines after the first run are at most up to here
+        if last < 0:
+            continue
+        hit = _first(scan, needle, last)
         rows: list[Sample] = []
         first = -1
         while hit >= 0:

@@ -186,7 +186,14 @@ class PlannerAdapter:
 
     def __init__(self, spec: TargetSpec) -> None:
         prediction = spec.policy.prediction
-        config = PlannerConfig.from_prediction(prediction) if prediction else PlannerConfig()
+        # Until capacity is learned, a replica holds what the policy's per-replica
+        # (AverageValue) targets say it does.
+        per_replica = {m.signal: m.target for m in spec.policy.metrics if m.type == "AverageValue"}
+        config = (
+            PlannerConfig.from_prediction(prediction, capacity_fallback=per_replica)
+            if prediction
+            else PlannerConfig(capacity_fallback=per_replica)
+        )
         self.planner = Planner(config)
         self.spec = spec
         self._samples_seen = 0

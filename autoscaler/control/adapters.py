@@ -188,7 +188,9 @@ class PlannerAdapter:
         prediction = spec.policy.prediction
         # Until capacity is learned, a replica holds what the policy's per-replica
         # (AverageValue) targets say it does.
-        per_replica = {m.signal: m.target for m in spec.policy.metrics if m.type == "AverageValue"}
+        per_replica: dict[str, float] = {
+            str(m.signal): m.target for m in spec.policy.metrics if m.type == "AverageValue"
+        }
         config = (
             PlannerConfig.from_prediction(prediction, capacity_fallback=per_replica)
             if prediction

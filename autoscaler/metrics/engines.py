@@ -310,14 +310,19 @@ _MARKERS: Final[tuple[tuple[str, str], ...]] = (
 
 
 def detect_engine(text: str) -> str | None:
-    """The engine whose metric prefix appears on the page (first sample line wins)."""
-    scan = "\n" + text
-    best: tuple[int, str] | None = None
+    """The engine whose metric prefix appears on the page (first sample line wins).
+
+    Each search stops where the best match so far is, so the engines that are absent
+    cost a scan of the page's head, not of the whole page.
+    """
+    best_pos, best = len(text) + 1, None
     for marker, engine in _MARKERS:
-        pos = scan.find(marker)
-        if pos >= 0 and (best is None or pos < best[0]):
-            best = (pos, engine)
-    return best[1] if best else None
+        if text.startswith(marker[1:]):
+            return engine
+        pos = text.find(marker, 0, best_pos + len(marker))
+        if 0 <= pos < best_pos:
+            best_pos, best = pos, engine
+    return best
 
 
 def read_snapshot(

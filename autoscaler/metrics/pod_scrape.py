@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from autoscaler.errors import AutoscalerError
-from autoscaler.metrics.engines import read_snapshot
+from autoscaler.metrics.engines import EngineSnapshot, read_snapshot
 from autoscaler.metrics.signals import DEFAULT_WINDOW_S, PodHistory, aggregate, observe
 from autoscaler.metrics.source import PodEndpoint, TargetReading
 
@@ -61,7 +61,8 @@ class PodScrapeSource:
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
                 headers={"Accept": ACCEPT},
-                skip_auto_headers=("User-Agent",),
+                # identity pages: on a pod network gzip costs more CPU than it saves
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),
             )
         return self._session
 
@@ -72,12 +73,24 @@ class PodScrapeSource:
 
     async def _fetch(self, pod: PodEndpoint) -> str:
         session = self._client()
+        limit = self.config.max_page_bytes
         async with self._semaphore, session.get(pod.url) as resp:
             if resp.status != 200:
                 raise AutoscalerError(f"HTTP {resp.status}")
-            body = await resp.content.read(self.config.max_page_bytes + 1)
-            if len(body) > self.config.max_page_bytes:
-                raise AutoscalerError(f"page larger than {self.config.max_page_bytes} bytes")
+            declared = resp.content_length
+            if declared is not None and declared > limit:
+                raise AutoscalerError(f"page larger than {limit} bytes")
+            if declared is not None:
+                body = await resp.read()  # exactly Content-Length bytes, one buffer
+            else:  # chunked: read up to the limit, then refuse
+                chunks: list[bytes] = []
+                size = 0
+                while chunk := await resp.content.readany():
+                    size += len(chunk)
+                    if size > limit:
+                        raise AutoscalerError(f"page larger than {limit} bytes")
+                    chunks.append(chunk)
+                body = b"".join(chunks)
             return body.decode("utf-8", errors="strict")
 
     async def _scrape(self, pod: PodEndpoint) -> str | Exception:
@@ -97,12 +110,12 @@ class PodScrapeSource:
             if isinstance(page, Exception):
                 errors.append(f"{pod.name}: {type(page).__name__}: {page}")
                 continue
+            previous = histories.get(pod.name)
             try:
-                snapshot = read_snapshot(page, self.config.engine)
+                snapshot = self._snapshot(page, previous)
             except AutoscalerError as exc:
                 errors.append(f"{pod.name}: {exc}")
                 continue
-            previous = histories.get(pod.name)
             if previous is not None and now - previous.t > self.config.stale_after_s:
                 previous = None  # a gap: no rate across it
             history = observe(previous, snapshot, now, self.config.window_s)
@@ -119,6 +132,21 @@ class PodScrapeSource:
             pods_expected=len(pods),
             errors=tuple(errors),
         )
+
+    def _snapshot(self, page: str, previous: PodHistory | None) -> EngineSnapshot:
+        """Read a page with the configured engine, else the one this pod had last time.
+
+        Detection scans the page head for every engine's prefix; a pod keeps its engine,
+        so it is detected once. A page that yields nothing with the pod's previous
+        engine (the pod was replaced by another engine) is detected again.
+        """
+        engine = self.config.engine
+        if engine != "auto" or previous is None:
+            return read_snapshot(page, engine)
+        snapshot = read_snapshot(page, previous.snapshot.engine)
+        if snapshot.gauges or snapshot.counters or snapshot.histograms:
+            return snapshot
+        return read_snapshot(page, "auto")
 
     def forget(self, key: str) -> None:
         """Drop a target's histories (target deleted)."""

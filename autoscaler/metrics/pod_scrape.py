@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aiohttp
+import yarl
 
 from autoscaler.errors import AutoscalerError
 from autoscaler.metrics.engines import EngineSnapshot, read_snapshot
@@ -51,6 +52,7 @@ class PodScrapeSource:
         self._semaphore = asyncio.Semaphore(self.config.max_concurrency)
         self._session: aiohttp.ClientSession | None = None
         self._histories: dict[str, dict[str, PodHistory]] = {}
+        self._urls: dict[str, yarl.URL] = {}
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -61,6 +63,7 @@ class PodScrapeSource:
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
                 headers={"Accept": ACCEPT},
+                cookie_jar=aiohttp.DummyCookieJar(),  # metrics pages set no cookies
                 # identity pages: on a pod network gzip costs more CPU than it saves
                 skip_auto_headers=("User-Agent", "Accept-Encoding"),
             )
@@ -74,7 +77,12 @@ class PodScrapeSource:
     async def _fetch(self, pod: PodEndpoint) -> str:
         session = self._client()
         limit = self.config.max_page_bytes
-        async with self._semaphore, session.get(pod.url) as resp:
+        url = self._urls.get(pod.url)
+        if url is None:
+            if len(self._urls) >= 65536:
+                self._urls.clear()
+            url = self._urls[pod.url] = yarl.URL(pod.url)  # parsed once, not per scrape
+        async with self._semaphore, session.get(url) as resp:
             if resp.status != 200:
                 raise AutoscalerError(f"HTTP {resp.status}")
             declared = resp.content_length
@@ -93,32 +101,36 @@ class PodScrapeSource:
                 body = b"".join(chunks)
             return body.decode("utf-8", errors="strict")
 
-    async def _scrape(self, pod: PodEndpoint) -> str | Exception:
+    async def _scrape(self, pod: PodEndpoint, previous: PodHistory | None) -> EngineSnapshot | str:
+        """Fetch and read one pod; an error message instead of raising.
+
+        The page is parsed here, as soon as it arrives, so parsing overlaps the other
+        pods' requests still in flight instead of waiting for the slowest pod.
+        """
         try:
-            return await self._fetch(pod)
+            page = await self._fetch(pod)
         except TimeoutError:
-            return TimeoutError(f"timeout after {self.config.timeout_s}s")
+            return f"{pod.name}: TimeoutError: timeout after {self.config.timeout_s}s"
         except (aiohttp.ClientError, AutoscalerError, UnicodeDecodeError, OSError) as exc:
-            return exc
+            return f"{pod.name}: {type(exc).__name__}: {exc}"
+        try:
+            return self._snapshot(page, previous)
+        except AutoscalerError as exc:
+            return f"{pod.name}: {exc}"
 
     async def read(self, key: str, pods: Sequence[PodEndpoint], now: float) -> TargetReading:
-        pages = await asyncio.gather(*(self._scrape(p) for p in pods))
         histories = self._histories.setdefault(key, {})
+        results = await asyncio.gather(*(self._scrape(p, histories.get(p.name)) for p in pods))
         read: list[PodHistory] = []
         errors: list[str] = []
-        for pod, page in zip(pods, pages, strict=True):
-            if isinstance(page, Exception):
-                errors.append(f"{pod.name}: {type(page).__name__}: {page}")
+        for pod, result in zip(pods, results, strict=True):
+            if isinstance(result, str):
+                errors.append(result)
                 continue
             previous = histories.get(pod.name)
-            try:
-                snapshot = self._snapshot(page, previous)
-            except AutoscalerError as exc:
-                errors.append(f"{pod.name}: {exc}")
-                continue
             if previous is not None and now - previous.t > self.config.stale_after_s:
                 previous = None  # a gap: no rate across it
-            history = observe(previous, snapshot, now, self.config.window_s)
+            history = observe(previous, result, now, self.config.window_s)
             histories[pod.name] = history
             read.append(history)
         live = {p.name for p in pods}

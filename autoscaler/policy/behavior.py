@@ -101,6 +101,14 @@ def _changes_in_period(events: Iterable[ScaleEvent], period_s: int, now: float, 
     )
 
 
+def _period_start(current: int, events: Iterable[ScaleEvent], period_s: int, now: float) -> int:
+    """Replicas at the start of the policy period: current - added + removed within it."""
+    events = tuple(events)
+    added = _changes_in_period(events, period_s, now, up=True)
+    removed = _changes_in_period(events, period_s, now, up=False)
+    return current - added + removed
+
+
 def scale_up_limit(current: int, events: tuple[ScaleEvent, ...], rules: Rules, now: float) -> int:
     """Highest replica count the scale-up policies allow now (HPA semantics)."""
     if rules.select_policy == "Disabled" or not rules.policies:
@@ -108,9 +116,7 @@ def scale_up_limit(current: int, events: tuple[ScaleEvent, ...], rules: Rules, n
     pick = min if rules.select_policy == "Min" else max
     result: int | None = None
     for p in rules.policies:
-        added = _changes_in_period(events, p.period_seconds, now, up=True)
-        deleted = _changes_in_period(events, p.period_seconds, now, up=False)
-        start = current - added + deleted
+        start = _period_start(current, events, p.period_seconds, now)
         if p.type == "Pods":
             proposed = start + p.value
         else:
@@ -128,9 +134,7 @@ def scale_down_limit(current: int, events: tuple[ScaleEvent, ...], rules: Rules,
     pick = max if rules.select_policy == "Min" else min
     result: int | None = None
     for p in rules.policies:
-        added = _changes_in_period(events, p.period_seconds, now, up=True)
-        deleted = _changes_in_period(events, p.period_seconds, now, up=False)
-        start = current - added + deleted
+        start = _period_start(current, events, p.period_seconds, now)
         if p.type == "Pods":
             proposed = start - p.value
         else:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from autoscaler.domain import Decision, DecisionState, Forecast, Observation, TimedValue
 from autoscaler.errors import ConfigError
+from autoscaler.forecast.planner import Planner, PlannerConfig
 from autoscaler.policy.schema import (
     Behavior,
     MetricSpec,
@@ -189,15 +190,113 @@ def keda_seed(initial_replicas: int) -> DecideAutoscaler:
     )
 
 
-def ours(initial_replicas: int, forecaster: Forecaster | None = None) -> DecideAutoscaler:
-    """The project's defaults: 1 s pod scrape and poll, default metrics, prediction on."""
-    policy = Policy(min_replica_count=1, max_replica_count=64, prediction=Prediction())
-    return DecideAutoscaler(
-        "ours",
-        policy,
+def ours_policy() -> Policy:
+    """The product's defaults (schema defaults) with prediction on and room to grow."""
+    return Policy(min_replica_count=1, max_replica_count=64, prediction=Prediction())
+
+
+class PlannerForecaster:
+    """The `Forecaster` hook backed by the product's `forecast.Planner`, fed as the
+    control loop feeds it: the scraped signals each poll and each pod's observed
+    start -> Ready duration (from which the planner learns the forecast horizon)."""
+
+    def __init__(self, planner: Planner, scrape: ScrapeModel) -> None:
+        self.planner = planner
+        self.scrape = scrape
+        self._samples_seen = 0
+        self._fed_t: float | None = None
+
+    def feed(self, view: SimView, now: float) -> None:
+        """Feed this tick once (idempotent per ``now``)."""
+        if self._fed_t == now:
+            return
+        self._fed_t = now
+        samples = view.cluster.cold_start_samples
+        for duration_s in samples[self._samples_seen :]:
+            if duration_s > 0:  # the pre-trace Deployment's pods report 0: not a start
+                self.planner.observe_pod_ready(now, duration_s)
+        self._samples_seen = len(samples)
+        signals, ready = view.signals(now, self.scrape)
+        self.planner.update(now, signals, ready or None)
+
+    def horizon_s(self) -> float:
+        return self.planner.horizon_s()
+
+    def __call__(self, view: SimView, now: float, horizon_s: float) -> Forecast | None:
+        self.feed(view, now)
+        return self.planner.forecast(now, horizon_s)
+
+
+class Ours(DecideAutoscaler):
+    """``ours``: the decision core on the product's defaults, fed by the planner's
+    forecast at the learned cold start, and (when the policy enables it) a warm pool
+    sized from the forecast within the node-provisioning lead time."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        scrape: ScrapeModel,
+        initial_replicas: int,
+        forecaster: Forecaster | None = None,
+        slo_ttft_s: float = 0.5,
+    ) -> None:
+        self.planner: PlannerForecaster | None = None
+        if forecaster is None and policy.prediction is not None:
+            config = PlannerConfig.from_prediction(
+                policy.prediction,
+                capacity_fallback=_per_replica_targets(policy),
+                slo_s=slo_ttft_s,
+            )
+            self.planner = PlannerForecaster(Planner(config), scrape)
+            forecaster = self.planner
+        super().__init__("ours", policy, scrape, initial_replicas, forecaster)
+        self.warm_pool_history: list[tuple[float, int]] = []
+
+    def observation(self, now: float, view: SimView) -> Observation:
+        if self.planner is None:
+            return super().observation(now, view)
+        self.planner.feed(view, now)
+        assert self.policy.prediction is not None
+        horizon = self.policy.prediction.horizon_seconds or self.planner.horizon_s()
+        return view.observe(now, self.scrape, self.planner(view, now, horizon))
+
+    def warm_pool_size(self, now: float, view: SimView) -> int | None:
+        pool = self.policy.warm_pool
+        if not pool.enabled:
+            return None
+        size = pool.min_replicas
+        if self.planner is not None:
+            self.planner.feed(view, now)
+            want = self.planner.planner.warm_pool_size(
+                now,
+                pool.lead_time_seconds,
+                view.cluster.spec_replicas,
+                _per_replica_targets(self.policy),
+            )
+            size = min(max(want, pool.min_replicas), pool.max_replicas)
+        self.warm_pool_history.append((now, size))
+        return size
+
+
+def _per_replica_targets(policy: Policy) -> dict[str, float]:
+    """What one replica should carry per AverageValue metric (the policy's targets)."""
+    return {m.signal: m.target for m in policy.metrics if m.type == "AverageValue"}
+
+
+def ours(
+    initial_replicas: int,
+    forecaster: Forecaster | None = None,
+    policy: Policy | None = None,
+    slo_ttft_s: float = 0.5,
+) -> Ours:
+    """The project's defaults: 1 s pod scrape and poll, default metrics, prediction on
+    (the planner when no ``forecaster`` hook is given)."""
+    return Ours(
+        policy or ours_policy(),
         ScrapeModel(interval_s=1, lag_s=0, window_s=30),
         initial_replicas,
         forecaster,
+        slo_ttft_s,
     )
 
 

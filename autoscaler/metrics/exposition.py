@@ -412,6 +412,9 @@ def _parse_strict(text: str, wanted: Collection[str] | None) -> Page:
 # hit always parses as the general path would. Shared across pages (bounded).
 _HEADS: dict[str, tuple[str, Mapping[str, str]]] = {}
 _HEADS_MAX = 16384
+_DECL_WORDS = ("# TYPE ", "# HELP ")
+# The comment block above each family's first line, with its declarations (see `back`).
+_ABOVE: dict[str, tuple[str, tuple[tuple[int, bool, str, str], ...]]] = {}
 # Where each family's first line was on the last page parsed (a search start, see `_first`).
 _FIRST_HINT: dict[str, int] = {}
 # Bytes of each family's last group (plus slack): the chunk size of its next walk.
@@ -426,6 +429,23 @@ def _line_no(scan: str, pos: int) -> int:
 def _relined(exc: ParseError, scan: str, pos: int) -> ParseError:
     """``exc`` raised with line 0 (unknown), with the line of offset ``pos`` instead."""
     return ParseError(str(exc).removeprefix("line 0: "), _line_no(scan, pos))
+
+
+def _simple_decl(scan: str, pos: int, end: int) -> tuple[bool, str, str] | None:
+    """(is TYPE, name, type or help text) of a plain ``# TYPE``/``# HELP`` line, else None."""
+    if not scan.startswith(("# TYPE ", "# HELP "), pos):
+        return None
+    name_end = scan.find(" ", pos + 7, end)
+    if name_end < 0:
+        return None
+    name = scan[pos + 7 : name_end]
+    if not name or _NAME_RE.fullmatch(name) is None:
+        return None
+    body = scan[name_end + 1 : end].lstrip()
+    if scan[pos + 2] == "T":
+        body = body.strip()
+        return (True, name, body) if body else None
+    return False, name, body
 
 
 @dataclass(slots=True)
@@ -486,8 +506,22 @@ class _Walk:
         return True
 
     def back(self, nl: int, family: str) -> None:
-        """Read, top down, the comment lines just above the line after newline ``nl``."""
+        """Read, top down, the comment lines just above the line after newline ``nl``.
+
+        The block is usually the same text on every page of a pod (HELP and TYPE
+        lines), so its declarations are remembered with its text and replayed when the
+        same text sits in the same place, above a line that is not a comment.
+        """
         scan = self.scan
+        cached = _ABOVE.get(family)
+        if cached is not None:
+            block, effects = cached
+            start = nl + 1 - len(block)
+            if start > 0 and scan[start - 1] == "\n" and scan.startswith(block, start):
+                above = scan.rfind("\n", 0, start - 1) + 1
+                if scan[above : above + 1] != "#":
+                    self.replay(start, effects)
+                    return
         lines: list[tuple[int, int]] = []
         while nl > 0:
             prev = scan.rfind("\n", 0, nl)
@@ -495,8 +529,39 @@ class _Walk:
                 break
             lines.append((prev + 1, nl))
             nl = prev
-        for start, end in reversed(lines):
+        lines.reverse()
+        for start, end in lines:
             self.comment(start, end, family)
+        block_start = lines[0][0] if lines else nl + 1
+        recorded: list[tuple[int, bool, str, str]] = []
+        for start, end in lines:
+            decl = _simple_decl(scan, start, end)
+            if decl is None:  # an unusual comment: always read in full
+                _ABOVE.pop(family, None)
+                return
+            recorded.append((start - block_start, *decl))
+        if len(_ABOVE) >= _HEADS_MAX:
+            _ABOVE.clear()
+        _ABOVE[family] = (
+            scan[block_start : (lines[-1][1] + 1) if lines else block_start],
+            tuple(recorded),
+        )
+
+    def replay(self, start: int, effects: tuple[tuple[int, bool, str, str], ...]) -> None:
+        """Apply remembered declarations of a comment block found at offset ``start``."""
+        builder = self.builder
+        for offset, is_type, name, body in effects:
+            pos = start + offset
+            if pos in self.seen:
+                continue
+            self.seen.add(pos)
+            if is_type:
+                try:
+                    builder.declare(name, body, 0)
+                except ParseError as exc:
+                    raise _relined(exc, self.scan, pos) from None
+            else:
+                builder.helps[name] = body
 
     def group(self, pos: int, family: str, rows: list[Sample]) -> int:
         """Parse the run of lines starting with ``family`` from offset ``pos``.
@@ -512,6 +577,7 @@ class _Walk:
         heads = _HEADS
         resolved = self.builder.resolved
         new = tuple.__new__
+        own = ("# TYPE " + family, "# HELP " + family)
         start = pos
         while pos < n:
             chunk_end = pos + _GROUP_BYTES.get(family, 4096)
@@ -529,15 +595,19 @@ class _Walk:
                     key = resolved.get(name) or self.builder.resolve(name)
                     if key[0] != family:
                         if not name.startswith(family):
-                            _GROUP_BYTES[family] = pos - start + 512
+                            _GROUP_BYTES[family] = pos - start + 256
                             return pos - 1
                     else:
                         try:
                             rows.append(new(Sample, (name, labels, float(value_text), None)))
                         except ValueError:
                             self.general(pos, line, family, rows)  # raises with the line
-                elif not self.general(pos, line, family, rows):
-                    _GROUP_BYTES[family] = pos - start + 512
+                elif (
+                    line[:7] in _DECL_WORDS and line[7:8] not in " \t" and not line.startswith(own)
+                ) or not self.general(pos, line, family, rows):
+                    # (the first test: a plain HELP/TYPE of a name not starting with
+                    # the family, which `comment` would reject after more work)
+                    _GROUP_BYTES[family] = pos - start + 256
                     return pos - 1
                 pos += len(line) + 1
         return n

@@ -3,26 +3,27 @@
 Run: .venv/bin/python benchmarks/bench_reaction.py [--bursts 20] [--slow-bursts 8] [--seed 1]
 Writes benchmarks/results/reaction.json (docs/reaction-latency.md explains the numbers).
 
-One world for every chain, side by side in one run: emulated vLLM pods behind the local
-Kubernetes API (its deployment controller turns pods into emulators), two real
-Prometheus servers scraping them (1 s and 15 s), and the real control loop patching the
-Deployment's scale subresource through kubernetes-asyncio. The chains differ only in
-the metrics source, the tick and the scrape interval:
+Each chain group (`GROUPS`) runs in its own process, concurrently (``--sequential``: one
+process, one chain after the other; ``--chains k1,k2``: only those). A group's world:
+emulated vLLM pods behind the local Kubernetes API (its deployment controller turns pods
+into emulators), a real Prometheus scraping them (file discovery) when a chain needs it,
+and the real control loop patching the Deployment's scale subresource through
+kubernetes-asyncio. The chains differ only in the metrics source, tick and scrape interval:
 
 - ``ours/pod-scrape``: the loop scrapes the pods' /metrics itself (tick 1 s and 0.5 s);
 - ``ours/prometheus``: the loop runs PromQL against Prometheus (tick 1 s; scrape 1 s, 15 s);
 - ``keda-like``: scrape 15 s + the loop polling every 15 s with KEDA's one query
   (``pollingInterval: 15`` as in the seeds' ScaledObjects).
 
-Each burst: reset to one Ready replica with an empty queue (and, for Prometheus chains,
-until Prometheus itself shows the empty queue), start a fresh control loop (fresh
-decision state), jump the pod's queue at a seeded random phase of the tick, and time
-from the jump (`QueueJump.t_monotonic`, taken once the requests are in the engine) to the
-moment the local API applies the scale write (a subclass hook, same process, same
-monotonic clock). The queue is held (long outputs, KV-bound) so that it is still there
-when the slowest chain looks; the reset aborts it, as a pod restart would, so the
-emulator's speed factor does not shorten anything that is measured: all latencies are
-real seconds.
+Each burst: reset to one Ready replica with an empty queue (for Prometheus chains, until
+Prometheus itself shows the empty queue), wait a random part of the scrape interval,
+start a fresh control loop (fresh decision state), jump the pod's queue at a random phase
+of the first tick interval (seeded), and time from the jump (`QueueJump.t_monotonic`, once
+the requests are in the engine) to the moment the local API applies the scale write (a
+subclass hook; same process, same monotonic clock). The queue is held (long outputs,
+KV-bound) so it is still there when the slowest chain looks, and the reset aborts it as a
+pod restart would: the emulator's speed factor shortens nothing that is measured, and
+every latency is in real seconds.
 """
 
 from __future__ import annotations
@@ -101,22 +102,23 @@ def policy(tick_s: float) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Chain:
+    key: str
     name: str
     source: str  # "pod-scrape" | "prometheus"
     tick_s: float
     bursts: int
     scrape_interval_s: float | None = None  # Prometheus only
     keda_query: bool = False
-    warmup_ticks: int = 1  # steady ticks before the tick interval the jump falls in
     due_fix: bool = True  # see `TimedLoop`; False = `ControlLoop` exactly as shipped
 
 
 def chains(fast_bursts: int, slow_bursts: int) -> list[Chain]:
     """The first chain is the base of the ratios."""
     return [
-        Chain("ours/pod-scrape tick 1s", "pod-scrape", 1.0, fast_bursts),
-        Chain("ours/pod-scrape tick 0.5s", "pod-scrape", 0.5, fast_bursts),
+        Chain("pod-1s", "ours/pod-scrape tick 1s", "pod-scrape", 1.0, fast_bursts),
+        Chain("pod-0.5s", "ours/pod-scrape tick 0.5s", "pod-scrape", 0.5, fast_bursts),
         Chain(
+            "pod-1s-shipped",
             "ours/pod-scrape tick 1s (loop as shipped)",
             "pod-scrape",
             1.0,
@@ -124,25 +126,33 @@ def chains(fast_bursts: int, slow_bursts: int) -> list[Chain]:
             due_fix=False,
         ),
         Chain(
+            "pod-0.5s-shipped",
             "ours/pod-scrape tick 0.5s (loop as shipped)",
             "pod-scrape",
             0.5,
             fast_bursts,
             due_fix=False,
         ),
-        Chain("ours/prometheus scrape 1s tick 1s", "prometheus", 1.0, fast_bursts, 1.0),
-        Chain("ours/prometheus scrape 15s tick 1s", "prometheus", 1.0, slow_bursts, 15.0),
+        Chain("prom-1s", "ours/prometheus scrape 1s tick 1s", "prometheus", 1.0, fast_bursts, 1.0),
+        Chain(
+            "prom-15s", "ours/prometheus scrape 15s tick 1s", "prometheus", 1.0, slow_bursts, 15.0
+        ),
         # KEDA polls every pollingInterval exactly: the due fix keeps the loop on that grid.
         Chain(
+            "keda",
             "keda-like scrape 15s poll 15s",
             "prometheus",
             15.0,
             slow_bursts,
             15.0,
             keda_query=True,
-            warmup_ticks=0,
         ),
     ]
+
+
+# Run concurrently, one process each (2 cores; the 15 s chains are idle most of the time
+# and their own process keeps their event loop away from the sub-second chains').
+GROUPS = ("pod-1s,pod-0.5s,pod-1s-shipped,pod-0.5s-shipped,prom-1s", "prom-15s", "keda")
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +364,26 @@ class Burst:
     replicas_to: int
 
 
+@dataclass(frozen=True, slots=True)
+class ChainRun:
+    chain: Chain
+    bursts: list[Burst]
+    truncated: bool  # --max-minutes stopped it early
+    elapsed_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(raw: dict[str, Any]) -> ChainRun:
+        return ChainRun(
+            Chain(**raw["chain"]),
+            [Burst(**b) for b in raw["bursts"]],
+            bool(raw["truncated"]),
+            float(raw["elapsed_s"]),
+        )
+
+
 def make_source(chain: Chain, world: World) -> MetricSource:
     if chain.source == "pod-scrape":
         return PodScrapeSource(ScrapeConfig(timeout_s=2.0))
@@ -364,8 +394,17 @@ def make_source(chain: Chain, world: World) -> MetricSource:
 
 
 async def one_burst(
-    world: World, chain: Chain, signals: SourceSignals, spec: TargetSpec, u: float, index: int
+    world: World,
+    chain: Chain,
+    signals: SourceSignals,
+    spec: TargetSpec,
+    index: int,
+    *,
+    u: float,
+    offset_s: float,
 ) -> Burst:
+    """``u``: the jump's phase in the first tick interval; ``offset_s``: delay before the
+    loop starts."""
     loop = TimedLoop(
         ControllerState(),
         world.cluster,
@@ -385,10 +424,13 @@ async def one_burst(
             landed.set()
 
     world.kube.on_scale_write = on_write
+    # The reset ended just after a scrape: start the loop at a random point of the scrape
+    # interval, so the tick grid, the scrape grid and the jump are mutually independent.
+    await asyncio.sleep(offset_s)
     task = asyncio.create_task(loop.run(), name=f"bench-loop-{index}")
     try:
         await until(lambda: bool(loop.tick_starts), 10, "the first tick")
-        jump_at = loop.tick_starts[0] + (chain.warmup_ticks + u) * chain.tick_s
+        jump_at = loop.tick_starts[0] + u * chain.tick_s
         await asyncio.sleep(max(0.0, jump_at - time.monotonic()))
         if len(world.kube.scale_writes) != writes_before:
             raise BenchError(f"{chain.name}: a scale write before the jump (not steady)")
@@ -448,7 +490,7 @@ def summarize(bursts: list[Burst]) -> dict[str, float | int]:
 
 async def run_chain(
     world: World, chain: Chain, rng: random.Random, deadline: float, log: Callable[[str], None]
-) -> tuple[list[Burst], bool]:
+) -> ChainRun:
     spec = TargetSpec(
         ref=REF,
         policy=load_policy(policy(chain.tick_s)),
@@ -458,15 +500,22 @@ async def run_chain(
     signals = SourceSignals(make_source(chain, world))
     bursts: list[Burst] = []
     truncated = False
+    started = time.monotonic()
     try:
+        # A running controller has warm connections: one untimed read opens them.
+        await world.reset(spec, prom)
+        await signals.read(spec, await world.cluster.observe(spec), time.monotonic())
         for i in range(chain.bursts):
             # worst case of one more burst: reset + warm-up + jump phase + two scrapes/ticks
-            need = 3 * (chain.scrape_interval_s or 1) + (chain.warmup_ticks + 3) * chain.tick_s
+            need = 3 * (chain.scrape_interval_s or 1) + 3 * chain.tick_s
             if time.monotonic() + need > deadline:
                 truncated = True
                 break
             await world.reset(spec, prom)
-            burst = await one_burst(world, chain, signals, spec, rng.random(), i)
+            offset_s = rng.random() * (chain.scrape_interval_s or 0.0)
+            burst = await one_burst(
+                world, chain, signals, spec, i, u=rng.random(), offset_s=offset_s
+            )
             bursts.append(burst)
             log(
                 f"  {chain.name} #{i:02d}: {burst.latency_s * 1000:8.1f} ms "
@@ -475,7 +524,7 @@ async def run_chain(
             )
     finally:
         await signals.close()
-    return bursts, truncated
+    return ChainRun(chain, bursts, truncated, time.monotonic() - started)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -484,59 +533,102 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         lines.append(
             f"{r['chain']:44} {r['n']:3d} {r['p50_s']:7.3f} {r['p99_s']:7.3f} "
-            f"{r['max_s']:7.3f} {r['p99_ratio']:8.1f}x"
+            f"{r['max_s']:7.3f} "
+            + (f"{r['p99_ratio']:8.1f}x" if r["p99_ratio"] is not None else f"{'-':>9}")
         )
     return "\n".join(lines)
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+async def run_group(keys: list[str], args: argparse.Namespace) -> list[ChainRun]:
+    """Run the chains named by ``keys`` in order, in one world, in this process."""
     import tempfile
 
     configure_logging("json", "warning")
-    selected = [
-        c for c in chains(args.bursts, args.slow_bursts) if not args.only or args.only in c.name
-    ]
-    rng = random.Random(args.seed)
-    started = time.monotonic()
-    deadline = started + args.max_minutes * 60
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
+    by_key = {c.key: c for c in chains(args.bursts, args.slow_bursts)}
+    selected = [by_key[k] for k in keys]
+    deadline = time.monotonic() + args.max_minutes * 60
+    runs: list[ChainRun] = []
     with tempfile.TemporaryDirectory(prefix="bench-reaction-") as tmp:
         world = World(Path(tmp))
-        intervals = {c.scrape_interval_s for c in selected if c.scrape_interval_s}
         try:
-            await world.start(intervals)
-            results: dict[str, tuple[Chain, list[Burst], bool]] = {}
+            await world.start({c.scrape_interval_s for c in selected if c.scrape_interval_s})
             for chain in selected:
                 log(f"{chain.name}: {chain.bursts} bursts")
-                bursts, truncated = await run_chain(world, chain, rng, deadline, log)
-                if not bursts:
+                rng = random.Random(f"{args.seed}:{chain.key}")
+                chain_run = await run_chain(world, chain, rng, deadline, log)
+                if not chain_run.bursts:
                     raise BenchError(f"{chain.name}: no burst fitted in --max-minutes")
-                results[chain.name] = (chain, bursts, truncated)
+                runs.append(chain_run)
         finally:
             await world.close()
-    base = next((s for c, s, _ in results.values() if c.source == "pod-scrape"), None)
-    base_sum = summarize(base) if base else None
+    return runs
+
+
+def run_groups(groups: list[str], args: argparse.Namespace) -> list[ChainRun]:
+    """One child process per group, concurrently; each writes its raw runs to a file."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bench-reaction-parts-") as tmp:
+        procs = []
+        for i, group in enumerate(groups):
+            part = Path(tmp) / f"part{i}.json"
+            cmd = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                f"--bursts={args.bursts}",
+                f"--slow-bursts={args.slow_bursts}",
+                f"--seed={args.seed}",
+                f"--max-minutes={args.max_minutes}",
+                f"--chains={group}",
+                f"--part-out={part}",
+            ]
+            procs.append((subprocess.Popen(cmd, cwd=ROOT), part, group))
+        failed = []
+        for proc, _, group in procs:
+            try:
+                code = proc.wait(timeout=args.max_minutes * 60 + 120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+            if code != 0:
+                failed.append(f"{group} (exit {code})")
+        if failed:
+            raise BenchError(f"chain groups failed: {', '.join(failed)}")
+        runs: list[ChainRun] = []
+        for _, part, _ in procs:
+            runs.extend(ChainRun.from_json(r) for r in json.loads(part.read_text()))
+    return runs
+
+
+def report(runs: list[ChainRun], args: argparse.Namespace, elapsed_s: float) -> dict[str, Any]:
+    order = [c.key for c in chains(1, 1)]
+    runs = sorted(runs, key=lambda r: order.index(r.chain.key))
+    base = next((r for r in runs if r.chain.source == "pod-scrape"), None)
+    base_sum = summarize(base.bursts) if base else None
     rows: list[dict[str, Any]] = []
-    for chain, bursts, truncated in results.values():
-        s = summarize(bursts)
+    for r in runs:
+        s = summarize(r.bursts)
         rows.append(
             {
-                "chain": chain.name,
+                "chain": r.chain.name,
                 **s,
-                "p50_ratio": s["p50_s"] / base_sum["p50_s"] if base_sum else float("nan"),
-                "p99_ratio": s["p99_s"] / base_sum["p99_s"] if base_sum else float("nan"),
-                "truncated": truncated,
-                "config": asdict(chain),
-                "bursts": [asdict(b) for b in bursts],
+                "p50_ratio": s["p50_s"] / base_sum["p50_s"] if base_sum else None,
+                "p99_ratio": s["p99_s"] / base_sum["p99_s"] if base_sum else None,
+                "truncated": r.truncated,
+                "elapsed_s": r.elapsed_s,
+                "config": asdict(r.chain),
+                "bursts": [asdict(b) for b in r.bursts],
             }
         )
     return {
         "command": "python benchmarks/bench_reaction.py " + " ".join(sys.argv[1:]),
         "seed": args.seed,
-        "elapsed_s": time.monotonic() - started,
+        "elapsed_s": elapsed_s,
         "machine": {"python": platform.python_version(), "cpus": _cpus()},
         "setup": {
             "emulator_speed": EMULATOR_SPEED,
@@ -546,7 +638,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "output_tokens": JUMP_OUTPUT_TOKENS,
             },
             "policy": policy(1.0) | {"pollingInterval": "= tick"},
-            "ratio_base": rows[0]["chain"] if base_sum else None,
+            "ratio_base": base.chain.name if base else None,
+            "concurrent_groups": None if args.sequential else list(GROUPS),
         },
         "chains": rows,
     }
@@ -560,18 +653,36 @@ def _cpus() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    parser.add_argument("--bursts", type=int, default=20, help="bursts per fast chain")
+    parser.add_argument("--bursts", type=int, default=20, help="bursts per sub-second chain")
     parser.add_argument("--slow-bursts", type=int, default=8, help="bursts per 15 s chain")
-    parser.add_argument("--seed", type=int, default=1, help="seeds the jump phases")
-    parser.add_argument("--max-minutes", type=float, default=12.0, help="hard bound")
-    parser.add_argument("--only", default="", help="run only chains whose name contains this")
+    parser.add_argument("--seed", type=int, default=1, help="seeds the phases")
+    parser.add_argument("--max-minutes", type=float, default=10.0, help="bound per process")
+    parser.add_argument("--chains", default="", help="comma-separated keys: one process")
+    parser.add_argument(
+        "--sequential", action="store_true", help="all chains in one process, one by one"
+    )
+    parser.add_argument("--part-out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks" / "results" / "reaction.json"
     )
     args = parser.parse_args()
     if args.bursts < 1 or args.slow_bursts < 1:
         parser.error("--bursts and --slow-bursts: must be >= 1")
-    result = asyncio.run(run(args))
+    known = [c.key for c in chains(1, 1)]
+    keys = [k for k in args.chains.split(",") if k] if args.chains else []
+    for k in keys:
+        if k not in known:
+            parser.error(f"--chains: value {k!r} is not one of {', '.join(known)}")
+    started = time.monotonic()
+    if args.part_out is not None:  # a child of run_groups
+        runs = asyncio.run(run_group(keys, args))
+        args.part_out.write_text(json.dumps([r.to_json() for r in runs]))
+        return
+    if keys or args.sequential:
+        runs = asyncio.run(run_group(keys or known, args))
+    else:
+        runs = run_groups(list(GROUPS), args)
+    result = report(runs, args, time.monotonic() - started)
     print(table(result["chains"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -309,21 +309,34 @@ class _Builder:
         hit = self.resolved.get(name)
         if hit is not None:
             return hit
-        found: tuple[str, str] | None = None
         d = self.decl.get(name)
+        memo = _RESOLVE.get(name)  # the answer depends only on these two declarations
+        if (
+            memo is not None
+            and memo[0] == d
+            and (memo[1] is None or self.keys.get(memo[1]) == memo[2])
+        ):
+            self.resolved[name] = memo[3]
+            return memo[3]
+        found: tuple[str, str] | None = None
+        base: str | None = None
+        kind: str | None = None
         if d is not None and name[len(d[0]) :] in _SUFFIXES[d[1]]:
             found = d
         else:
             for suffix in _ALL_SUFFIXES:
-                if name.endswith(suffix):
+                if name.endswith(suffix):  # at most one suffix ends a name
                     base = name[: -len(suffix)]
                     kind = self.keys.get(base)
                     if kind is not None and suffix in _SUFFIXES[kind]:
                         found = (base, kind)
-                        break
+                    break
         if found is None:
             found = (name, "untyped")
         self.resolved[name] = found
+        if len(_RESOLVE) >= 65536:
+            _RESOLVE.clear()
+        _RESOLVE[name] = (d, base, kind, found)
         return found
 
     def add(self, name: str, rest: str, line: int, wanted: Collection[str] | None) -> None:
@@ -413,6 +426,11 @@ def _parse_strict(text: str, wanted: Collection[str] | None) -> Page:
 _HEADS: dict[str, tuple[str, Mapping[str, str]]] = {}
 _HEADS_MAX = 16384
 _DECL_WORDS = ("# TYPE ", "# HELP ")
+# Plain HELP/TYPE lines already read: (is TYPE, name, type or help text).
+_DECLS: dict[str, tuple[bool, str, str]] = {}
+# Sample name -> (its declaration, base name, base type, family) from the last page; the
+# family is reused while the two declarations it was derived from are the same.
+_RESOLVE: dict[str, tuple[tuple[str, str] | None, str | None, str | None, tuple[str, str]]] = {}
 # The comment block above each family's first line, with its declarations (see `back`).
 _ABOVE: dict[str, tuple[str, tuple[tuple[int, bool, str, str], ...]]] = {}
 # Where each family's first line was on the last page parsed (a search start, see `_first`).
@@ -620,7 +638,18 @@ class _Walk:
         if not line or line.isspace():
             return True
         if line[0] == "#":
-            return self.comment(pos, pos + len(line), family)
+            decl = _DECLS.get(line)
+            if decl is None:
+                decl = _simple_decl(line, 0, len(line))
+                if decl is None:  # not a plain HELP/TYPE line
+                    return self.comment(pos, pos + len(line), family)
+                if len(_DECLS) >= _HEADS_MAX:
+                    _DECLS.clear()
+                _DECLS[line] = decl
+            if not decl[1].startswith(family):
+                return False
+            self.replay(pos, ((0, *decl),))
+            return True
         if not line.startswith(family):
             return False
         m = _NAME_RE.match(line)

@@ -473,6 +473,7 @@ class _Walk:
     scan: str
     builder: _Builder
     seen: set[int] = field(default_factory=set)
+    first_at: int = 0  # offset of the first sample of the family being walked
 
     def comment(self, pos: int, end: int, family: str, check_only: bool = False) -> bool:
         """Read the comment line at ``pos``; False when it declares a name not ``family*``.
@@ -522,6 +523,20 @@ class _Walk:
                 except ParseError as exc:
                     raise _relined(exc, scan, pos) from None
         return True
+
+    def declaration_of(self, name: str) -> None:
+        """Read the ``# TYPE`` lines declaring family ``name`` (as ``name`` or
+        ``name_total``), wherever they are on the page."""
+        scan = self.scan
+        needle = "\n# TYPE " + name
+        hit = scan.find(needle)
+        while hit >= 0:
+            end = scan.find("\n", hit + 1)
+            end = len(scan) if end < 0 else end
+            rest = scan[hit + len(needle) : end]
+            if rest[:1] in (" ", "\t") or (rest.startswith("_total") and rest[6:7] in (" ", "\t")):
+                self.comment(hit + 1, end, name)
+            hit = scan.find(needle, end)
 
     def back(self, nl: int, family: str) -> None:
         """Read, top down, the comment lines just above the line after newline ``nl``.
@@ -616,6 +631,8 @@ class _Walk:
                             _GROUP_BYTES[family] = pos - start + 256
                             return pos - 1
                     else:
+                        if not rows:
+                            self.first_at = pos
                         try:
                             rows.append(new(Sample, (name, labels, float(value_text), None)))
                         except ValueError:
@@ -665,6 +682,8 @@ class _Walk:
         except ParseError as exc:
             raise _relined(exc, self.scan, pos) from None
         if self.builder.resolve(name)[0] == family:
+            if not rows:
+                self.first_at = pos
             rows.append(Sample(name, labels, value, ts))
         if ts is None and tail[:1] == " " and tail.split() == [tail[1:]]:
             if len(_HEADS) >= _HEADS_MAX:
@@ -711,14 +730,12 @@ def _parse_fast(text: str, wanted: frozenset[str]) -> Page:
         if last < 0:
             continue
         hit = _first(scan, needle, last)
+        if family.endswith(_ALL_SUFFIXES):  # its lines may be another family's (x_count of x)
+            walk.declaration_of(family[: family.rfind("_")])
         rows: list[Sample] = []
-        first = -1
         while hit >= 0:
             walk.back(hit, family)
-            before = len(rows)
             stop = walk.group(hit + 1, family, rows)
-            if first < 0 and len(rows) > before:
-                first = hit + 1
             if stop > last:
                 break
             hit = scan.find(needle, stop, last + len(needle))
@@ -727,7 +744,7 @@ def _parse_fast(text: str, wanted: frozenset[str]) -> Page:
                 family,
                 builder.resolve_type(family),
                 tuple(rows),
-                (scan, first),
+                (scan, walk.first_at),
                 builder.helps.get(family),
             )
     end = len(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.errors import ParseError
+from autoscaler.metrics.engines import VLLM_FAMILIES
 from autoscaler.metrics.exposition import merge_histogram, parse_page
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
@@ -201,3 +203,85 @@ def test_broken_pages_only_ever_raise_parse_error(data: st.DataObject) -> None:
                     merge_histogram(fam)
         except ParseError:
             pass
+
+
+# --- fast mode keeps caches across pages (heads, declarations, layout hints): every page
+# must still read exactly as the strict parse reads it ---------------------------------
+
+
+def _assert_fast_matches_strict(text: str, wanted: list[str]) -> None:
+    full = parse_page(text, None).families
+    fast = parse_page(text, wanted).families
+    assert set(fast) == {name for name in wanted if name in full}
+    for name, family in fast.items():
+        assert family.samples == full[name].samples
+        assert family.type == full[name].type
+        assert family.line == full[name].line
+
+
+def test_fast_parse_follows_declarations_that_change_between_pages() -> None:
+    histogram = '# HELP m h\n# TYPE m histogram\nm_bucket{le="+Inf"} 1\nm_count 1\nm_sum 2\n'
+    pages = [
+        histogram,
+        histogram.replace("TYPE m histogram", "TYPE m gauge"),
+        histogram.replace("# HELP m h\n# TYPE m histogram\n", ""),
+        histogram,
+        "# TYPE m counter\nm_total 3\n# TYPE m_created gauge\nm_created 1\nm_count 2\n",
+        "# TYPE m_total counter\nm_total 3\nm_created 1\n",
+    ]
+    for text in pages + pages:
+        _assert_fast_matches_strict(text, ["m", "m_created", "m_count"])
+
+
+def test_fast_parse_reads_a_family_split_in_two_groups_whole() -> None:
+    text = '# TYPE m gauge\nm{a="1"} 1\n# TYPE x gauge\nx 5\nm{a="2"} 2\nx_other 1\nm{a="3"} 3\n'
+    for _ in range(2):
+        _assert_fast_matches_strict(text, ["m", "x"])
+        assert [s.value for s in parse_page(text, ["m"]).families["m"].samples] == [1, 2, 3]
+
+
+def test_wanted_line_after_eof_is_an_error_even_in_a_later_group() -> None:
+    text = '# TYPE m gauge\nm 1\n# TYPE x gauge\nx 1\n# EOF\nm{a="2"} 2\n'
+    for _ in range(2):
+        with pytest.raises(ParseError) as exc:
+            parse_page(text, ["m"])
+        assert exc.value.line == 6
+
+
+def test_a_cached_line_head_still_reads_timestamps_and_rejects_bad_values() -> None:
+    assert parse_page('m{a="1"} 5\n', ["m"]).families["m"].samples[0].value == 5
+    sample = parse_page('m{a="1"} 5 1700000000\n', ["m"]).families["m"].samples[0]
+    assert (sample.value, sample.timestamp) == (5, 1700000000)
+    for bad in ('m{a="1"} 1_000\n', 'm{a="1"} abc\n', 'x 1\nm{a="1"} \n'):
+        with pytest.raises(ParseError) as exc:
+            parse_page(bad, ["m"])
+        assert exc.value.line == bad.count("\n")
+
+
+def _blocks(text: str) -> list[str]:
+    """A page cut into families' blocks (each from its HELP line)."""
+    parts = text.split("\n# HELP ")
+    return [parts[0] + "\n"] + ["# HELP " + p + "\n" for p in parts[1:]]
+
+
+_VALUE = re.compile(r"(?m)^([^#\n][^\n]*) (\S+)$")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_reordered_pages_with_new_values_read_as_strict_parse_reads_them(
+    data: st.DataObject,
+) -> None:
+    base = (FIXTURES / "vllm_v1_0.10.txt").read_text().rstrip("\n")
+    blocks = _blocks(base)
+    order = data.draw(st.permutations(range(len(blocks))))
+    kept = data.draw(st.lists(st.booleans(), min_size=len(blocks), max_size=len(blocks)))
+    values = data.draw(st.lists(_values, min_size=1, max_size=8))
+    text = "".join(blocks[i] for i in order if kept[i])
+    counter = iter(range(10**9))
+    text = _VALUE.sub(lambda m: f"{m.group(1)} {values[next(counter) % len(values)]!r}", text)
+    names = sorted(parse_page(base, None).families)
+    suffixed = [n + s for n in names[:40:4] for s in ("_total", "_count", "_created", "_bucket")]
+    extra = data.draw(st.lists(st.sampled_from(names + suffixed), max_size=6))
+    for _ in range(2):  # cold then warm caches
+        _assert_fast_matches_strict(text, [*VLLM_FAMILIES, *extra])

@@ -1,0 +1,64 @@
+"""``ours`` in the simulator: planner wiring and forecast-driven scale-up."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoscaler.domain import Forecast, Reason
+from autoscaler.sim.cluster import ClusterConfig
+from autoscaler.sim.policies import Ours, ours, ours_policy
+from autoscaler.sim.replica import PROFILES
+from autoscaler.sim.simulator import SimView, simulate
+from autoscaler.sim.traces import Trace, from_arrays
+
+CFG = ClusterConfig(profile=PROFILES["8b-h100"])
+
+
+def ramp(r0: float, r1: float, t0: float, t1: float, duration_s: float, seed: int = 0) -> Trace:
+    """Poisson arrivals whose rate goes linearly from r0 (before t0) to r1 (after t1)."""
+    rng = np.random.default_rng(seed)
+    top = max(r0, r1)
+    t, out = 0.0, []
+    while t < duration_s:
+        t += float(rng.exponential(1 / top))
+        rate = r0 if t < t0 else r1 if t > t1 else r0 + (r1 - r0) * (t - t0) / (t1 - t0)
+        if rng.random() < rate / top:
+            out.append(t)
+    n = len(out)
+    return from_arrays("ramp", np.asarray(out), [1000] * n, [150] * n)
+
+
+def test_planner_forecast_reaches_every_decision_with_the_learned_horizon() -> None:
+    policy = ours(1)
+    simulate(ramp(2, 60, 120, 600, 700), policy, CFG, seed=0)
+    assert policy.planner is not None
+    last = policy.decisions[-1]
+    assert last.numbers["forecast_horizon_s"] > 0
+    assert "forecast.running" in last.numbers
+    numbers = policy.planner.planner.numbers()
+    # Pods started during the ramp, so the horizon is learned, not the 90 s prior.
+    assert numbers["forecast.cold_start_learned"] == 1.0
+    assert numbers["forecast.horizon_s"] != ours_policy().prediction.cold_start_prior_seconds  # type: ignore[union-attr]
+    assert any(m.forecast_value is not None for m in last.metrics)
+
+
+def test_forecast_hook_scales_before_the_ramp_reaches_its_peak() -> None:
+    trace = ramp(1, 40, 300, 900, 1000)
+
+    def foresee(view: SimView, now: float, horizon_s: float) -> Forecast:
+        # An oracle for the ramp: running at now + horizon by Little's law (~3 s each).
+        t = now + horizon_s
+        rate = 1 if t < 300 else 40 if t > 900 else 1 + 39 * (t - 300) / 600
+        return Forecast(horizon_s=horizon_s, signals={"running": rate * 3.0}, model="oracle")
+
+    seeing = ours(1, forecaster=foresee)
+    blind = ours(1, policy=ours_policy().model_copy(update={"prediction": None}))
+    simulate(trace, seeing, CFG, seed=0)
+    simulate(trace, blind, CFG, seed=0)
+
+    def first_up(p: Ours) -> float:
+        return min(d.t for d in p.decisions if d.desired_replicas > d.current_replicas)
+
+    assert any(d.reason == Reason.FORECAST for d in seeing.decisions)
+    assert first_up(seeing) < first_up(blind)
+    assert first_up(seeing) < 900  # before the ramp's peak

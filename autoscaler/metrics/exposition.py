@@ -425,7 +425,6 @@ def _parse_strict(text: str, wanted: Collection[str] | None) -> Page:
 # hit always parses as the general path would. Shared across pages (bounded).
 _HEADS: dict[str, tuple[str, Mapping[str, str]]] = {}
 _HEADS_MAX = 16384
-_DECL_WORDS = ("# TYPE ", "# HELP ")
 # Plain HELP/TYPE lines already read: (is TYPE, name, type or help text).
 _DECLS: dict[str, tuple[bool, str, str]] = {}
 # Sample name -> (its declaration, base name, base type, family) from the last page; the
@@ -473,9 +472,11 @@ class _Walk:
     scan: str
     builder: _Builder
     seen: set[int] = field(default_factory=set)
-    first_at: int = 0  # offset of the first sample of the family being walked
+    first_at: dict[str, int] = field(default_factory=dict)  # family -> its first sample
 
-    def comment(self, pos: int, end: int, family: str, check_only: bool = False) -> bool:
+    def comment(
+        self, pos: int, end: int, family: str | tuple[str, ...], check_only: bool = False
+    ) -> bool:
         """Read the comment line at ``pos``; False when it declares a name not ``family*``.
 
         ``# EOF`` followed by anything but blanks is an error here, so a wanted line
@@ -596,61 +597,79 @@ class _Walk:
             else:
                 builder.helps[name] = body
 
-    def group(self, pos: int, family: str, rows: list[Sample]) -> int:
-        """Parse the run of lines starting with ``family`` from offset ``pos``.
+    def group(self, pos: int, collect: dict[str, list[Sample]], prefixes: tuple[str, ...]) -> int:
+        """Parse the run of lines from offset ``pos`` whose names start with ``prefixes``.
 
-        Samples of the family go to ``rows``; samples of other families whose names
-        start with it (``x_created`` declared as its own gauge) are stepped over.
-        Returns the offset of the newline before the first line of the run's end (a
-        line or declaration of another name). Lines are split in chunks sized from
-        the family's previous run, so a line costs no `find`.
+        Samples of the families in ``collect`` go to their lists; samples of other
+        families whose names start with a prefix (``x_created`` declared as its own
+        gauge) are stepped over. Wanted families that follow each other on the page
+        are read in one run. Returns the offset of the newline before the line that
+        ends the run (a line or declaration of another name). Lines are split in
+        chunks sized from the previous run, so a line costs no `find`.
         """
         scan = self.scan
         n = len(scan)
         heads = _HEADS
         resolved = self.builder.resolved
         new = tuple.__new__
-        own = ("# TYPE " + family, "# HELP " + family)
+        get = collect.get
+        first_at = self.first_at
+        sizing = prefixes[0]
+        decls = _DECLS
+        seen = self.seen
+        helps = self.builder.helps
         start = pos
         while pos < n:
-            chunk_end = pos + _GROUP_BYTES.get(family, 4096)
+            chunk_end = pos + _GROUP_BYTES.get(sizing, 4096)
             lines = scan[pos:chunk_end].split("\n")
             if chunk_end < n:
                 lines.pop()  # maybe cut short: read it with the next chunk
                 if not lines:
-                    _GROUP_BYTES[family] = 2 * _GROUP_BYTES.get(family, 4096)
+                    _GROUP_BYTES[sizing] = 2 * _GROUP_BYTES.get(sizing, 4096)
                     continue
             for line in lines:
                 head, _, value_text = line.rpartition(" ")
                 hit = heads.get(head)
                 if hit is not None and "_" not in value_text:
                     name, labels = hit
-                    key = resolved.get(name) or self.builder.resolve(name)
-                    if key[0] != family:
-                        if not name.startswith(family):
-                            _GROUP_BYTES[family] = pos - start + 256
+                    key = (resolved.get(name) or self.builder.resolve(name))[0]
+                    rows = get(key)
+                    if rows is None:
+                        if not name.startswith(prefixes):
+                            _GROUP_BYTES[sizing] = pos - start + 256
                             return pos - 1
                     else:
                         if not rows:
-                            self.first_at = pos
+                            first_at[key] = pos
                         try:
                             rows.append(new(Sample, (name, labels, float(value_text), None)))
                         except ValueError:
-                            self.general(pos, line, family, rows)  # raises with the line
-                elif (
-                    line[:7] in _DECL_WORDS and line[7:8] not in " \t" and not line.startswith(own)
-                ) or not self.general(pos, line, family, rows):
-                    # (the first test: a plain HELP/TYPE of a name not starting with
-                    # the family, which `comment` would reject after more work)
-                    _GROUP_BYTES[family] = pos - start + 256
+                            self.general(pos, line, collect, prefixes)  # raises with the line
+                elif (decl := decls.get(line)) is not None:  # a HELP/TYPE line seen before
+                    if not decl[1].startswith(prefixes):
+                        _GROUP_BYTES[sizing] = pos - start + 256
+                        return pos - 1
+                    if pos not in seen:
+                        seen.add(pos)
+                        if not decl[0]:
+                            helps[decl[1]] = decl[2]
+                        else:
+                            try:
+                                self.builder.declare(decl[1], decl[2], 0)
+                            except ParseError as exc:
+                                raise _relined(exc, scan, pos) from None
+                elif not self.general(pos, line, collect, prefixes):
+                    _GROUP_BYTES[sizing] = pos - start + 256
                     return pos - 1
                 pos += len(line) + 1
         return n
 
-    def general(self, pos: int, line: str, family: str, rows: list[Sample]) -> bool:
+    def general(
+        self, pos: int, line: str, collect: dict[str, list[Sample]], prefixes: tuple[str, ...]
+    ) -> bool:
         """A line whose head is not cached: blank, comment, new label set, or an error.
 
-        Returns False when the line ends the run (it does not start with ``family``).
+        Returns False when the line ends the run (it does not start with a prefix).
         """
         if not line or line.isspace():
             return True
@@ -659,18 +678,18 @@ class _Walk:
             if decl is None:
                 decl = _simple_decl(line, 0, len(line))
                 if decl is None:  # not a plain HELP/TYPE line
-                    return self.comment(pos, pos + len(line), family)
+                    return self.comment(pos, pos + len(line), prefixes)
                 if len(_DECLS) >= _HEADS_MAX:
                     _DECLS.clear()
                 _DECLS[line] = decl
-            if not decl[1].startswith(family):
+            if not decl[1].startswith(prefixes):
                 return False
             self.replay(pos, ((0, *decl),))
             return True
-        if not line.startswith(family):
+        if not line.startswith(prefixes):
             return False
         m = _NAME_RE.match(line)
-        if m is None:  # pragma: no cover - the line starts with the family's name
+        if m is None:  # pragma: no cover - the line starts with a family's name
             raise ParseError(f"expected a metric name, got {line[:40]!r}", _line_no(self.scan, pos))
         name = m.group(0)
         rest = line[m.end() :]
@@ -681,9 +700,11 @@ class _Walk:
             value, ts = _parse_tail(tail, 0)
         except ParseError as exc:
             raise _relined(exc, self.scan, pos) from None
-        if self.builder.resolve(name)[0] == family:
+        key = self.builder.resolve(name)[0]
+        rows = collect.get(key)
+        if rows is not None:
             if not rows:
-                self.first_at = pos
+                self.first_at[key] = pos
             rows.append(Sample(name, labels, value, ts))
         if ts is None and tail[:1] == " " and tail.split() == [tail[1:]]:
             if len(_HEADS) >= _HEADS_MAX:
@@ -723,28 +744,54 @@ def _parse_fast(text: str, wanted: frozenset[str]) -> Page:
     scan = "\n" + text
     builder = _Builder()
     walk = _Walk(scan, builder)
-    families: dict[str, Family] = {}
     for family in wanted:
+        if family.endswith(_ALL_SUFFIXES):  # its lines may be another family's (x_count of x)
+            walk.declaration_of(family[: family.rfind("_")])
+    rows: dict[str, list[Sample]] = {}
+    absent: set[str] = set()
+    # Page order (as last time), so that a run started for one family reads the wanted
+    # families that follow it too; each of those is then checked to have no line
+    # before the run (else it is read again on its own) and none after it (else its
+    # later lines are searched for, as for the family that started the run).
+    order = sorted(wanted, key=lambda f: _FIRST_HINT.get("\n" + f, 0))
+    for family in order:
+        if family in rows or family in absent:
+            continue
         needle = "\n" + family
         last = scan.rfind(needle)  # lines after the first run are at most up to here
         if last < 0:
+            absent.add(family)
             continue
         hit = _first(scan, needle, last)
-        if family.endswith(_ALL_SUFFIXES):  # its lines may be another family's (x_count of x)
-            walk.declaration_of(family[: family.rfind("_")])
-        rows: list[Sample] = []
-        while hit >= 0:
-            walk.back(hit, family)
-            stop = walk.group(hit + 1, family, rows)
-            if stop > last:
-                break
-            hit = scan.find(needle, stop, last + len(needle))
-        if rows:
+        walk.back(hit, family)
+        collect: dict[str, list[Sample]] = {family: []}
+        collect.update((f, []) for f in order if f not in rows and f not in absent)
+        stop = walk.group(hit + 1, collect, tuple(collect))
+        for other, got in collect.items():
+            other_needle = "\n" + other
+            if other == family:
+                other_last = last
+            elif not got or scan.rfind(other_needle, 0, hit + 1) >= 0:
+                continue  # not in this run, or earlier lines: read on its own
+            else:
+                _FIRST_HINT[other_needle] = walk.first_at[other] - 1
+                other_last = scan.rfind(other_needle)
+            rows[other] = got
+            end = stop
+            while end < other_last:  # a later group of the same family
+                later = scan.find(other_needle, end, other_last + len(other_needle))
+                if later < 0:
+                    break
+                walk.back(later, other)
+                end = walk.group(later + 1, {other: got}, (other,))
+    families: dict[str, Family] = {}
+    for family, got in rows.items():
+        if got:
             families[family] = Family(
                 family,
                 builder.resolve_type(family),
-                tuple(rows),
-                (scan, walk.first_at),
+                tuple(got),
+                (scan, walk.first_at[family]),
                 builder.helps.get(family),
             )
     end = len(text)

@@ -99,10 +99,13 @@ class ControlLoop:
 
     async def tick(self) -> list[Decision]:
         start = self.clock.now()
+        # Half a tick of slack: a tick that wakes a hair early must not skip a target
+        # whose polling interval equals the tick (that would halve its read rate).
+        slack = self.tick_interval_s / 2
         due = [
             ref
             for ref, st in self.state.targets.items()
-            if self._next_due.get(ref, start) <= start + 1e-9
+            if self._next_due.get(ref, start) <= start + slack
         ]
         for ref in due:
             interval = self.state.targets[ref].spec.policy.polling_interval

@@ -209,3 +209,11 @@ async def test_publish_wakes_waiters_within_the_tick() -> None:
     await asyncio.sleep(0)
     await loop.tick()
     assert await waiter is True
+
+
+async def test_early_wakeup_does_not_skip_a_target_polled_every_tick() -> None:
+    loop, _, signals, _, clock = make()
+    for _ in range(10):
+        await loop.tick()
+        await clock.advance(0.999)  # each tick wakes a millisecond early
+    assert signals.reads == 10

@@ -434,6 +434,8 @@ _RESOLVE: dict[str, tuple[tuple[str, str] | None, str | None, str | None, tuple[
 _ABOVE: dict[str, tuple[str, tuple[tuple[int, bool, str, str], ...]]] = {}
 # Where each family's first line was on the last page parsed (a search start, see `_first`).
 _FIRST_HINT: dict[str, int] = {}
+# Per wanted family set: its order on the page and bases to declare (see `_plan`).
+_PLANS: dict[frozenset[str], tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {}
 # Bytes of each family's last group (plus slack): the chunk size of its next walk.
 _GROUP_BYTES: dict[str, int] = {}
 
@@ -734,6 +736,22 @@ def _first(scan: str, needle: str, last: int) -> int:
     return found
 
 
+def _plan(wanted: frozenset[str]) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """The wanted families in page order (as on the last page) with their search needles,
+    and the bases whose TYPE lines decide where a wanted ``x_count``-like name belongs.
+
+    Page order lets a run started for one family read the wanted families that follow
+    it too (see `_parse_fast`). Computed once per family set, after a first page.
+    """
+    order = tuple((f, "\n" + f) for f in sorted(wanted, key=lambda f: _FIRST_HINT.get("\n" + f, 0)))
+    bases = tuple(f[: f.rfind("_")] for f in sorted(wanted) if f.endswith(_ALL_SUFFIXES))
+    if any("\n" + f in _FIRST_HINT for f in wanted):  # else: no page seen yet
+        if len(_PLANS) >= 1024:
+            _PLANS.clear()
+        _PLANS[wanted] = (order, bases)
+    return order, bases
+
+
 def _parse_fast(text: str, wanted: frozenset[str]) -> Page:
     stripped = text.lstrip()
     if stripped and stripped[0] not in _FIRST_CHARS:
@@ -744,20 +762,17 @@ def _parse_fast(text: str, wanted: frozenset[str]) -> Page:
     scan = "\n" + text
     builder = _Builder()
     walk = _Walk(scan, builder)
-    for family in wanted:
-        if family.endswith(_ALL_SUFFIXES):  # its lines may be another family's (x_count of x)
-            walk.declaration_of(family[: family.rfind("_")])
+    plan = _PLANS.get(wanted)
+    if plan is None:
+        plan = _plan(wanted)
+    order, bases = plan
+    for base in bases:  # a wanted x_count's lines may be histogram x's
+        walk.declaration_of(base)
     rows: dict[str, list[Sample]] = {}
     absent: set[str] = set()
-    # Page order (as last time), so that a run started for one family reads the wanted
-    # families that follow it too; each of those is then checked to have no line
-    # before the run (else it is read again on its own) and none after it (else its
-    # later lines are searched for, as for the family that started the run).
-    order = sorted(wanted, key=lambda f: _FIRST_HINT.get("\n" + f, 0))
-    for family in order:
+    for family, needle in order:
         if family in rows or family in absent:
             continue
-        needle = "\n" + family
         last = scan.rfind(needle)  # lines after the first run are at most up to here
         if last < 0:
             absent.add(family)
@@ -765,7 +780,7 @@ def _parse_fast(text: str, wanted: frozenset[str]) -> Page:
         hit = _first(scan, needle, last)
         walk.back(hit, family)
         collect: dict[str, list[Sample]] = {family: []}
-        collect.update((f, []) for f in order if f not in rows and f not in absent)
+        collect.update((f, []) for f, _ in order if f not in rows and f not in absent)
         stop = walk.group(hit + 1, collect, tuple(collect))
         for other, got in collect.items():
             other_needle = "\n" + other

@@ -620,6 +620,8 @@ class _Walk:
         decls = _DECLS
         seen = self.seen
         helps = self.builder.helps
+        declared = self.builder.decl
+        keys = self.builder.keys
         start = pos
         while pos < n:
             chunk_end = pos + _GROUP_BYTES.get(sizing, 4096)
@@ -653,13 +655,20 @@ class _Walk:
                         return pos - 1
                     if pos not in seen:
                         seen.add(pos)
+                        name, kind = decl[1], decl[2]
                         if not decl[0]:
-                            helps[decl[1]] = decl[2]
-                        else:
-                            try:
-                                self.builder.declare(decl[1], decl[2], 0)
+                            helps[name] = kind
+                        elif name in declared or kind not in TYPES:
+                            try:  # raises the precise error
+                                self.builder.declare(name, kind, 0)
                             except ParseError as exc:
                                 raise _relined(exc, scan, pos) from None
+                        else:  # `_Builder.declare`, inline
+                            key = (
+                                name[:-6] if kind == "counter" and name.endswith("_total") else name
+                            )
+                            declared[name] = (key, kind)
+                            keys.setdefault(key, kind)
                 elif not self.general(pos, line, collect, prefixes):
                     _GROUP_BYTES[sizing] = pos - start + 256
                     return pos - 1
@@ -802,12 +811,15 @@ def _parse_fast(text: str, wanted: frozenset[str]) -> Page:
     families: dict[str, Family] = {}
     for family, got in rows.items():
         if got:
-            families[family] = Family(
-                family,
-                builder.resolve_type(family),
-                tuple(got),
-                (scan, walk.first_at[family]),
-                builder.helps.get(family),
+            families[family] = tuple.__new__(  # Family(...) without its Python __new__
+                Family,
+                (
+                    family,
+                    builder.keys.get(family, "untyped"),
+                    tuple(got),
+                    (scan, walk.first_at[family]),
+                    builder.helps.get(family),
+                ),
             )
     end = len(text)
     while end and text[end - 1] in " \t\n":

@@ -42,6 +42,7 @@ __all__ = [
     "HistogramData",
     "Page",
     "Sample",
+    "clear_caches",
     "merge_histogram",
     "parse_page",
 ]
@@ -438,6 +439,16 @@ _FIRST_HINT: dict[str, int] = {}
 _PLANS: dict[frozenset[str], tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {}
 # Bytes of each family's last group (plus slack): the chunk size of its next walk.
 _GROUP_BYTES: dict[str, int] = {}
+
+
+def clear_caches() -> None:
+    """Forget everything learned from earlier pages (a pod's first scrape, benchmarks).
+
+    The caches only make parsing faster: results never depend on them.
+    """
+    for cache in (_LABEL_CACHE, _HEADS, _DECLS, _RESOLVE, _ABOVE, _FIRST_HINT, _PLANS):
+        cache.clear()
+    _GROUP_BYTES.clear()
 
 
 def _line_no(scan: str, pos: int) -> int:

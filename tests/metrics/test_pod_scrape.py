@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from aiohttp import web
+
+from autoscaler.metrics.engines import read_snapshot
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
 from autoscaler.metrics.source import PodEndpoint
 from tests.metrics.vllm_pods import FakeVllm, start_pods
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
 
 
 @pytest.fixture
@@ -66,3 +72,63 @@ async def test_no_rate_across_a_gap_longer_than_staleness(two_pods) -> None:  # 
     pods[0].serve(prompt_tokens=1000, ttfts=[])
     reading = await source.read("t", endpoints, now=60.0)  # > stale_after_s later
     assert "prompt_tokens_per_s" not in reading.signals
+
+
+async def _serve(handler) -> tuple[web.AppRunner, str]:  # type: ignore[no-untyped-def]
+    app = web.Application()
+    app.router.add_get("/metrics", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
+
+
+async def test_reads_a_chunked_page_whole_and_refuses_pages_over_the_limit() -> None:
+    page = (FIXTURES / "vllm_v1_0.10.txt").read_bytes()
+
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for i in range(0, len(page), 1000):  # many small chunks
+            await resp.write(page[i : i + 1000])
+        await resp.write_eof()
+        return resp
+
+    async def whole(_: web.Request) -> web.Response:
+        return web.Response(body=page, content_type="text/plain")
+
+    for handler in (chunked, whole):
+        runner, url = await _serve(handler)
+        roomy = PodScrapeSource(ScrapeConfig(max_page_bytes=len(page)))
+        tight = PodScrapeSource(ScrapeConfig(max_page_bytes=len(page) - 1))
+        try:
+            ok = await roomy.read("t", [PodEndpoint("p", url)], 1.0)
+            refused = await tight.read("t", [PodEndpoint("p", url)], 1.0)
+        finally:
+            await roomy.close()
+            await tight.close()
+            await runner.cleanup()
+        assert ok.pods_read == 1 and ok.signals["waiting"] == 11 and ok.signals["running"] == 42
+        assert refused.pods_read == 0 and "larger than" in refused.errors[0]
+
+
+async def test_a_pod_that_changes_engine_is_detected_again() -> None:
+    pages = {"page": (FIXTURES / "vllm_v1_0.10.txt").read_bytes()}
+
+    async def handler(_: web.Request) -> web.Response:
+        return web.Response(body=pages["page"], content_type="text/plain")
+
+    runner, url = await _serve(handler)
+    source = PodScrapeSource(ScrapeConfig())
+    try:
+        first = await source.read("t", [PodEndpoint("p", url)], 1.0)
+        pages["page"] = (FIXTURES / "sglang.txt").read_bytes()
+        second = await source.read("t", [PodEndpoint("p", url)], 2.0)
+    finally:
+        await source.close()
+        await runner.cleanup()
+    sglang = read_snapshot(pages["page"].decode())
+    assert first.pods_read == 1 and first.signals["waiting"] == 11
+    assert second.pods_read == 1 and second.signals["waiting"] == sglang.gauges["waiting"]

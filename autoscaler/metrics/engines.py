@@ -44,14 +44,15 @@ def _sum_samples(family: Family | None, sample_name: str | None = None) -> float
     if family is None:
         return None
     name = sample_name or family.name
-    values = [s.value for s in family.samples if s.name == name]
+    values = [value for sample, _, value, _ in family.samples if sample == name]
     return sum(values) if values else None
 
 
 def _mean_samples(family: Family | None) -> float | None:
     if family is None:
         return None
-    values = [s.value for s in family.samples if s.name == family.name]
+    name = family.name
+    values = [value for sample, _, value, _ in family.samples if sample == name]
     return sum(values) / len(values) if values else None
 
 

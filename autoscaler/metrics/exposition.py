@@ -107,7 +107,7 @@ class _Labels(dict[str, str]):
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.bucket: tuple[float, tuple[tuple[str, str], ...]] | None = None
+        self.bucket: tuple[float, frozenset[tuple[str, str]]] | None = None
 
 
 _NO_LABELS: Mapping[str, str] = _Labels()
@@ -860,15 +860,15 @@ def parse_page(text: str, families: Collection[str] | None = None, *, strict: bo
 
 def _bucket_info(
     labels: Mapping[str, str], family: str
-) -> tuple[float, tuple[tuple[str, str], ...]]:
-    """A bucket line's ``le`` bound and series identity (its other labels, sorted)."""
+) -> tuple[float, frozenset[tuple[str, str]]]:
+    """A bucket line's ``le`` bound and series identity (its other labels, as a set)."""
     le_text = labels.get("le")
     if le_text is None:
         raise ParseError(f"{family}: bucket without an 'le' label", 0)
     le = _float(le_text, f"{family} bucket bound 'le'", 0)
     if math.isnan(le):
         raise ParseError(f"{family}: bucket bound 'le' is NaN", 0)
-    return le, tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+    return le, frozenset((k, v) for k, v in labels.items() if k != "le")  # hash cached
 
 
 def merge_histogram(family: Family | None, line_hint: int | None = None) -> HistogramData | None:
@@ -887,12 +887,10 @@ def merge_histogram(family: Family | None, line_hint: int | None = None) -> Hist
     suffix_bucket = family.name + "_bucket"
     suffix_count = family.name + "_count"
     suffix_sum = family.name + "_sum"
-    seen: set[tuple[tuple[str, str], ...]] = set()
+    seen: set[frozenset[tuple[str, str]]] = set()
     inf = math.inf
-    for s in family.samples:
-        name = s.name
+    for name, labels, value, _ts in family.samples:
         if name == suffix_bucket:
-            labels = s.labels
             info = labels.bucket if type(labels) is _Labels else None
             if info is None:
                 try:
@@ -903,14 +901,14 @@ def merge_histogram(family: Family | None, line_hint: int | None = None) -> Hist
                 if type(labels) is _Labels:
                     labels.bucket = info
             le, key = info
-            by_le[le] = by_le.get(le, 0.0) + s.value
+            by_le[le] = by_le.get(le, 0.0) + value
             if le == inf:
                 inf_series += 1
             seen.add(key)
         elif name == suffix_count:
-            count = (count or 0.0) + s.value
+            count = (count or 0.0) + value
         elif name == suffix_sum:
-            total = (total or 0.0) + s.value
+            total = (total or 0.0) + value
     if not by_le:
         return None
     if inf_series < len(seen):

@@ -18,7 +18,7 @@ kubernetes-asyncio. The chains differ only in the metrics source, tick and scrap
 Each burst: reset to one Ready replica with an empty queue (for Prometheus chains, until
 Prometheus itself shows the empty queue), wait a random part of the scrape interval,
 start a fresh control loop (fresh decision state), jump the pod's queue at a random phase
-of a tick interval three ticks in (seeded), and time from the jump
+of a tick interval three ticks in (seeded, stratified), and time from the jump
 (`QueueJump.t_monotonic`, once the requests are in the engine) to the moment the local
 API applies the scale write (a subclass hook; same process, same monotonic clock). The
 queue is held (long outputs, KV-bound) so it is still there when the slowest chain looks,
@@ -493,6 +493,14 @@ def summarize(bursts: list[Burst]) -> dict[str, float | int]:
     }
 
 
+def strata(rng: random.Random, n: int) -> list[float]:
+    """``n`` draws in [0, 1), one per stratum ``[i/n, (i+1)/n)``, in random order: a few
+    bursts still cover every phase (two such lists, shuffled apart, stay independent)."""
+    order = list(range(n))
+    rng.shuffle(order)
+    return [(i + rng.random()) / n for i in order]
+
+
 async def run_chain(
     world: World, chain: Chain, rng: random.Random, deadline: float, log: Callable[[str], None]
 ) -> ChainRun:
@@ -506,6 +514,7 @@ async def run_chain(
     bursts: list[Burst] = []
     truncated = False
     started = time.monotonic()
+    phases, offsets = strata(rng, chain.bursts), strata(rng, chain.bursts)
     try:
         # A running controller has warm connections: one untimed read opens them.
         await world.reset(spec, prom)
@@ -517,10 +526,8 @@ async def run_chain(
                 truncated = True
                 break
             await world.reset(spec, prom)
-            offset_s = rng.random() * (chain.scrape_interval_s or 0.0)
-            burst = await one_burst(
-                world, chain, signals, spec, i, u=rng.random(), offset_s=offset_s
-            )
+            offset_s = offsets[i] * (chain.scrape_interval_s or 0.0)
+            burst = await one_burst(world, chain, signals, spec, i, u=phases[i], offset_s=offset_s)
             bursts.append(burst)
             log(
                 f"  {chain.name} #{i:02d}: {burst.latency_s * 1000:8.1f} ms "

@@ -201,8 +201,11 @@ def aggregate(histories: Sequence[PodHistory]) -> dict[str, float]:
         if values:
             out[signal] = sum(values)
     increases = [pod_bucket_increases(h) for h in histories]
+    merged_by_key: dict[str, dict[float, float]] = {}  # merged once per histogram
     for signal, key, q in QUANTILES:
-        merged = merge_buckets(inc[key] for inc in increases if key in inc)
+        merged = merged_by_key.get(key)
+        if merged is None:
+            merged = merged_by_key[key] = merge_buckets(inc[key] for inc in increases if key in inc)
         value = histogram_quantile(q, merged) if merged else None
         if value is not None:
             out[signal] = value

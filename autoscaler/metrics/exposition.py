@@ -782,6 +782,9 @@ def _parse_fast(text: str, wanted: frozenset[str]) -> Page:
     scan = "\n" + text
     builder = _Builder()
     walk = _Walk(scan, builder)
+    if len(_FIRST_HINT) > 4096 or len(_GROUP_BYTES) > 4096:  # keyed by wanted names: bound
+        _FIRST_HINT.clear()
+        _GROUP_BYTES.clear()
     plan = _PLANS.get(wanted)
     if plan is None:
         plan = _plan(wanted)

@@ -2,10 +2,14 @@
 
 Why not `prometheus_client.parser`: it parses every line of a ~500-line vLLM page
 character by character (~6 ms) while an adapter needs about ten families. `parse_page`
-with ``families=`` jumps to each wanted family with `str.find` (a C search that skips
-ahead by the needle's length), walks that family's group of lines, and fully parses only
-those lines, each with one anchored regex match plus a cached label set; `strict=True`
-(or ``families=None``) parses and validates every line.
+with ``families=`` finds each wanted family with C string searches (`str.rfind` proves
+where its lines start and end), reads the run of lines there (wanted families that
+follow each other in one run) and parses only those lines; `strict=True` (or
+``families=None``) parses and validates every line. What the fast mode learns from a
+page is kept for the next one, keyed by text and never by values (line heads
+``name{labels}`` with their parsed label sets, HELP/TYPE lines, comment blocks, where
+families were): a page that changed is read exactly as the strict mode reads it, only
+slower. `clear_caches` forgets it all.
 
 Correctness rules (both modes, for every line they parse):
 - label values: escapes ``\\\\``, ``\\"``, ``\\n``; other escapes are kept verbatim like

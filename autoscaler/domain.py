@@ -97,6 +97,7 @@ class Reason(StrEnum):
     FORECAST = "forecast"
     STABILIZED = "stabilized"
     RATE_LIMITED = "rate-limited"
+    WAITING_FOR_READY = "waiting-for-ready"
     MAX_REPLICAS = "max-replicas"
     MIN_REPLICAS = "min-replicas"
     CAPACITY_LIMITED = "capacity-limited"

@@ -11,6 +11,18 @@ import structlog
 LogFormat = Literal["auto", "json", "console"]
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at call time, so a logger configured once
+    survives stderr being swapped (test capture, daemonisation) instead of writing to a
+    closed file."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(fmt: str | None = None, level: str | None = None) -> None:
     """Configure structlog and the stdlib root logger once, to stderr."""
     from autoscaler.settings import Settings
@@ -36,7 +48,7 @@ def configure_logging(fmt: str | None = None, level: str | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(lvl)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
 

@@ -142,3 +142,14 @@ def scale_down_limit(current: int, events: tuple[ScaleEvent, ...], rules: Rules,
         result = proposed if result is None else pick(result, proposed)
     assert result is not None
     return result
+
+
+def ready_step_limit(ready: int, rules: Rules) -> int:
+    """Highest count the cold-start guard allows: one policy step beyond ready replicas."""
+    if rules.select_policy == "Disabled" or not rules.policies:
+        return ready
+    steps = [
+        p.value if p.type == "Pods" else math.ceil(ready * p.value / 100 - 1e-9)
+        for p in rules.policies
+    ]
+    return ready + (min(steps) if rules.select_policy == "Min" else max(steps))

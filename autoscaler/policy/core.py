@@ -38,6 +38,7 @@ from autoscaler.domain import (
 )
 from autoscaler.policy.behavior import (
     Rules,
+    ready_step_limit,
     resolve,
     scale_down_limit,
     scale_up_limit,
@@ -214,6 +215,7 @@ def _panic(
 def _rate_limited(
     policy: Policy,
     cur: int,
+    ready: int,
     desired: int,
     hpa_min: int,
     state: DecisionState,
@@ -223,15 +225,23 @@ def _rate_limited(
     numbers: dict[str, float],
     limits: list[Reason],
 ) -> int:
-    """HPA ``convertDesiredReplicasWithBehaviorRate``: rate policies, then min/max."""
+    """HPA ``convertDesiredReplicasWithBehaviorRate``: rate policies, then min/max; plus
+    the cold-start guard (at most one policy step beyond the ready replicas)."""
     if desired > cur:
         up_limit = max(scale_up_limit(cur, state.events, up, now), cur)
         numbers["scale_up_limit"] = float(up_limit)
-        allowed = min(policy.max_replica_count, up_limit)
+        guard = up_limit
+        if policy.cold_start_guard.enabled:
+            guard = max(ready_step_limit(ready, up), cur)
+            numbers["ready_step_limit"] = float(guard)
+        allowed = min(policy.max_replica_count, up_limit, guard)
         if desired > allowed:
-            limits.append(
-                Reason.RATE_LIMITED if up_limit < policy.max_replica_count else Reason.MAX_REPLICAS
-            )
+            if allowed == policy.max_replica_count:
+                limits.append(Reason.MAX_REPLICAS)
+            elif allowed == guard and guard < up_limit:
+                limits.append(Reason.WAITING_FOR_READY)
+            else:
+                limits.append(Reason.RATE_LIMITED)
             return allowed
     elif desired < cur:
         down_limit = min(scale_down_limit(cur, state.events, down, now), cur)
@@ -355,7 +365,9 @@ def decide(
         limits.append(Reason.STABILIZED)
     numbers["stabilized_recommendation"] = float(stabilized)
 
-    desired = _rate_limited(policy, cur, stabilized, hpa_min, state, up, down, now, numbers, limits)
+    desired = _rate_limited(
+        policy, cur, obs.ready_replicas, stabilized, hpa_min, state, up, down, now, numbers, limits
+    )
     reason = reason_hint or (Reason.PANIC if in_panic and desired > cur else None)
     return _final(ctx, state, desired, reason, limits)
 

@@ -113,6 +113,15 @@ class WarmPool(_Model):
         return self
 
 
+class ColdStartGuard(_Model):
+    """While replicas are starting, allow at most one scale-up policy step beyond the
+    READY replicas (Knative limits scale-up relative to ready pods). A queue keeps growing
+    until new pods are ready, so without this a long cold start compounds the Percent
+    policy into a large overshoot. Off reproduces HPA exactly."""
+
+    enabled: bool = True
+
+
 def _default_metrics() -> tuple[MetricSpec, ...]:
     # running 32 per replica: on the simulator's 8B/H100 replica TTFT p95 nears 0.5 s at
     # ~25-40 concurrent conversations (prefill shares each step with the decode batch);
@@ -139,6 +148,7 @@ class Policy(_Model):
     prediction: Prediction | None = None
     capacity: Capacity = Field(default_factory=Capacity)
     warm_pool: WarmPool = Field(default_factory=WarmPool)
+    cold_start_guard: ColdStartGuard = Field(default_factory=ColdStartGuard)
     allow_fraction_average_value: bool = False
 
     @model_validator(mode="after")

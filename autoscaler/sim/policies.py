@@ -18,6 +18,7 @@ from autoscaler.errors import ConfigError
 from autoscaler.forecast.planner import Planner, PlannerConfig
 from autoscaler.policy.schema import (
     Behavior,
+    ColdStartGuard,
     MetricSpec,
     Policy,
     Prediction,
@@ -134,6 +135,7 @@ class HpaGpuUtil(DecideAutoscaler):
             max_replica_count=16,
             polling_interval=15,
             metrics=(MetricSpec(signal="kv_cache_usage", type="Value", target=target_util),),
+            cold_start_guard=ColdStartGuard(enabled=False),  # plain HPA
         )
         super().__init__(
             "hpa-gpu-util",
@@ -163,6 +165,7 @@ def keda_seed_policy() -> Policy:
         cooldown_period=300,
         polling_interval=15,
         allow_fraction_average_value=True,
+        cold_start_guard=ColdStartGuard(enabled=False),  # plain KEDA/HPA
         metrics=(
             MetricSpec(signal="waiting", type="AverageValue", target=5),
             MetricSpec(signal="kv_cache_usage_max", type="AverageValue", target=0.80),

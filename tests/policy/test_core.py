@@ -467,3 +467,29 @@ def test_core_is_deterministic_and_does_not_mutate_state() -> None:
     a, s1 = decide(policy, obs, state, 0)
     b, s2 = decide(policy, obs, state, 0)
     assert a == b and s1 == s2 and state == DecisionState()
+
+
+def test_cold_start_guard_allows_one_step_beyond_ready_replicas() -> None:
+    # 5 replicas ordered, 1 ready, the queue still grows: HPA's Percent 100 would allow 10.
+    ticks = [Tick(0, 1, {"waiting": 40}), Tick(16, 5, {"waiting": 400}, ready=1)]
+    decisions = run({**WAITING4, "maxReplicaCount": 64}, ticks)
+    assert decisions[-1].desired_replicas == 5  # ready 1 + Pods 4
+    assert decisions[-1].reason == Reason.WAITING_FOR_READY
+    assert decisions[-1].numbers["ready_step_limit"] == 5
+
+
+def test_cold_start_guard_off_reproduces_hpa_compounding() -> None:
+    policy = {**WAITING4, "maxReplicaCount": 64, "coldStartGuard": {"enabled": False}}
+    ticks = [Tick(0, 1, {"waiting": 40}), Tick(16, 5, {"waiting": 400}, ready=1)]
+    assert run(policy, ticks)[-1].desired_replicas == 10
+
+
+def test_cold_start_guard_releases_as_replicas_become_ready() -> None:
+    ticks = [Tick(0, 1, {"waiting": 40}), Tick(16, 5, {"waiting": 400}, ready=5)]
+    assert run({**WAITING4, "maxReplicaCount": 64}, ticks)[-1].desired_replicas == 10
+
+
+def test_cold_start_guard_never_blocks_the_first_step_from_zero_ready() -> None:
+    # All replicas still starting: one Pods step (4) beyond 0 ready, never below current.
+    ticks = [Tick(0, 2, {"waiting": 100}, ready=0)]
+    assert run({**WAITING4, "maxReplicaCount": 64}, ticks)[-1].desired_replicas == 4

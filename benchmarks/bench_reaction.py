@@ -109,9 +109,8 @@ class Chain:
     bursts: int
     scrape_interval_s: float | None = None  # Prometheus only
     keda_query: bool = False
-    due_fix: bool = True  # see `TimedLoop`; False = `ControlLoop` exactly as shipped
     # Ticks before the interval the jump falls in: a running controller is many ticks in
-    # (the shipped loop's skipped ticks only appear from the second interval on).
+    # (a loop that skips ticks only shows it from the second interval on).
     warmup_ticks: int = 3
 
 
@@ -120,27 +119,10 @@ def chains(fast_bursts: int, slow_bursts: int) -> list[Chain]:
     return [
         Chain("pod-1s", "ours/pod-scrape tick 1s", "pod-scrape", 1.0, fast_bursts),
         Chain("pod-0.5s", "ours/pod-scrape tick 0.5s", "pod-scrape", 0.5, fast_bursts),
-        Chain(
-            "pod-1s-shipped",
-            "ours/pod-scrape tick 1s (loop as shipped)",
-            "pod-scrape",
-            1.0,
-            fast_bursts,
-            due_fix=False,
-        ),
-        Chain(
-            "pod-0.5s-shipped",
-            "ours/pod-scrape tick 0.5s (loop as shipped)",
-            "pod-scrape",
-            0.5,
-            fast_bursts,
-            due_fix=False,
-        ),
         Chain("prom-1s", "ours/prometheus scrape 1s tick 1s", "prometheus", 1.0, fast_bursts, 1.0),
         Chain(
             "prom-15s", "ours/prometheus scrape 15s tick 1s", "prometheus", 1.0, slow_bursts, 15.0
         ),
-        # KEDA polls every pollingInterval exactly: the due fix keeps the loop on that grid.
         Chain(
             "keda",
             "keda-like scrape 15s poll 15s",
@@ -157,7 +139,7 @@ def chains(fast_bursts: int, slow_bursts: int) -> list[Chain]:
 # Groups run concurrently, one process each: every chain is idle most of the time (about
 # 3 % of a core in total), and a process per group keeps the slow chains' event loops and
 # emulators away from the sub-second chains'.
-GROUPS = ("pod-1s,pod-0.5s,prom-1s", "pod-1s-shipped,pod-0.5s-shipped", "prom-15s", "keda")
+GROUPS = ("pod-1s,pod-0.5s,prom-1s", "prom-15s", "keda")
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,28 +206,14 @@ def write_sd(path: Path, urls: list[str]) -> None:
 
 
 class TimedLoop(ControlLoop):
-    """The control loop, plus the monotonic start time of each tick.
+    """The control loop, plus the monotonic start time of each tick."""
 
-    ``due_fix``: `ControlLoop.tick` marks a target due when ``next_due <= start`` and sets
-    ``next_due = start + pollingInterval``, where ``start`` is the actual (jittered) tick
-    start while ticks run on an exact grid. With pollingInterval == tick, a tick that
-    starts a few microseconds earlier in its slot than the previous one finds the target
-    not yet due and skips it: a random extra tick of latency. The fix (half a tick of
-    tolerance) is applied here by marking such targets due before the real tick runs.
-    """
-
-    def __init__(self, *args: Any, due_fix: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.due_fix = due_fix
         self.tick_starts: list[float] = []
 
     async def tick(self) -> list[Decision]:
-        now = self.clock.now()
-        self.tick_starts.append(now)
-        if self.due_fix:
-            for ref, due in list(self._next_due.items()):
-                if due <= now + self.tick_interval_s / 2:
-                    self._next_due[ref] = now
+        self.tick_starts.append(self.clock.now())
         return await super().tick()
 
 
@@ -367,6 +335,8 @@ class Burst:
     waiting_at_write: int
     replicas_from: int
     replicas_to: int
+    ticks: int = 0  # ticks the loop ran, up to the write
+    reconciles: int = 0  # of which reconciled the target (fewer: skipped ticks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,7 +385,6 @@ async def one_burst(
         world.cluster,
         signals,
         tick_interval_s=chain.tick_s,
-        due_fix=chain.due_fix,
     )
     loop.set_targets([StoredTarget(spec, "1")])
     writes_before = len(world.kube.scale_writes)
@@ -457,6 +426,8 @@ async def one_burst(
         w for w in world.kube.scale_writes[writes_before:] if w.t_monotonic >= jump.t_monotonic
     )
     acting = max(t for t in loop.tick_starts if t <= write.t_monotonic)
+    status = loop.state.status(REF)
+    reconciles = len(status.history) if status is not None else 0
     before = max((t for t in loop.tick_starts if t <= jump.t_monotonic), default=acting)
     return Burst(
         index=index,
@@ -468,6 +439,8 @@ async def one_burst(
         waiting_at_write=seen.get("waiting", -1),
         replicas_from=write.replicas_from,
         replicas_to=write.replicas_to,
+        ticks=sum(1 for t in loop.tick_starts if t <= write.t_monotonic),
+        reconciles=reconciles,
     )
 
 
@@ -490,6 +463,8 @@ def summarize(bursts: list[Burst]) -> dict[str, float | int]:
         "mean_s": sum(lat) / len(lat),
         "tick_work_p50_s": quantile([b.tick_work_s for b in bursts], 0.5),
         "tick_work_max_s": max(b.tick_work_s for b in bursts),
+        "ticks": sum(b.ticks for b in bursts),
+        "skipped_ticks": sum(b.ticks - b.reconciles for b in bursts),
     }
 
 
@@ -532,7 +507,8 @@ async def run_chain(
             log(
                 f"  {chain.name} #{i:02d}: {burst.latency_s * 1000:8.1f} ms "
                 f"(phase {burst.phase:.2f}, waited {burst.wait_s * 1000:.0f} ms, "
-                f"tick work {burst.tick_work_s * 1000:.1f} ms)"
+                f"tick work {burst.tick_work_s * 1000:.1f} ms, "
+                f"skipped {burst.ticks - burst.reconciles} of {burst.ticks} ticks)"
             )
     finally:
         await signals.close()

@@ -69,13 +69,15 @@ def _assert_reacted(burst: Any) -> None:
     # the write answered a queue still there, above the policy's per-replica target
     assert burst.waiting_at_write > bench.WAITING_TARGET
     assert 0 <= burst.phase < 1
+    # every tick up to the write reconciled the target (pollingInterval == tick)
+    assert burst.ticks >= 4 and burst.reconciles == burst.ticks
 
 
 async def test_pod_scrape_chains_scale_after_the_jump_and_reset_to_one_replica(
     tmp_path: Path,
 ) -> None:
     async with world(tmp_path, set()) as w:
-        for key in ("pod-1s", "pod-1s-shipped"):
+        for key in ("pod-1s", "pod-0.5s"):
             _assert_reacted(await _one_burst(w, key))
         dep = w.kube.get("deployments", bench.REF.namespace, bench.REF.name, group="apps")
         assert dep["spec"]["replicas"] > 1  # the last burst left it scaled up

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoscaler.domain import Forecast, Reason
+from autoscaler.policy.schema import ColdStartGuard
 from autoscaler.sim.cluster import ClusterConfig
 from autoscaler.sim.policies import Ours, ours, ours_policy
 from autoscaler.sim.replica import PROFILES
@@ -62,3 +63,26 @@ def test_forecast_hook_scales_before_the_ramp_reaches_its_peak() -> None:
     assert any(d.reason == Reason.FORECAST for d in seeing.decisions)
     assert first_up(seeing) < first_up(blind)
     assert first_up(seeing) < 900  # before the ramp's peak
+
+
+def test_cold_start_guard_stops_overshoot_on_a_step_during_a_long_cold_start() -> None:
+    # A step from 2 to 30 req/s with one replica; about 5 replicas serve 30 req/s. The
+    # queue grows for a whole cold start: HPA's Percent policy alone compounds on
+    # replicas that are not serving yet.
+    trace = ramp(2, 30, 60, 61, 420)
+    cfg = ClusterConfig(profile=PROFILES["8b-h100"])  # new pods need a new node: ~5 min
+    guarded = ours(1)
+    unguarded = ours(
+        1,
+        policy=ours_policy().model_copy(update={"cold_start_guard": ColdStartGuard(enabled=False)}),
+    )
+    simulate(trace, guarded, cfg, seed=0)
+    simulate(trace, unguarded, cfg, seed=0)
+
+    def peak_before_ready(p: Ours) -> int:
+        # New pods need a new node (~4-5 min): nothing new is ready before t = 250 s.
+        return max(d.desired_replicas for d in p.decisions if d.t < 250)
+
+    assert peak_before_ready(guarded) <= 5  # 1 ready + one Pods-4 step
+    assert peak_before_ready(unguarded) >= 32  # 1 -> 64 compounding on unready pods
+    assert any(Reason.WAITING_FOR_READY in d.limits for d in guarded.decisions)

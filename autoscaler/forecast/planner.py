@@ -64,6 +64,10 @@ class PlannerConfig:
     rate_signals: tuple[str, ...] = RATE_SIGNALS
     load_signals: tuple[str, ...] = LOAD_SIGNALS
     load_tau_s: float = 30.0
+    # Load forecasts scale the latest reading (what the core compares "now" with), not
+    # the smoothed level: a smoothed base sits below the instantaneous load, so the
+    # forecast could never exceed "now" and prediction would do nothing.
+    load_base: Literal["latest", "smoothed"] = "latest"
     season_period_s: float = 86_400.0
     season_bins: int = 48
     min_rate_for_ratio: float = 0.05  # driver level below this: use learned intensity
@@ -126,6 +130,7 @@ class Planner:
         self.config = config if config is not None else PlannerConfig()
         self.models: dict[str, Forecaster] = {}
         self.loads: dict[str, Ewma] = {}
+        self.latest_load: dict[str, float] = {}
         # load signal per unit of driver rate: (smoothed load, smoothed rate)
         self.intensity: dict[str, tuple[Ewma, Ewma]] = {}
         self.cold_start = ColdStartEstimator(
@@ -175,6 +180,7 @@ class Planner:
                 continue
             load = self.loads.get(name, Ewma(tau_s=self.config.load_tau_s))
             self.loads[name] = load.update(t, _checked(name, value))
+            self.latest_load[name] = value
         driver = self._driver()
         rate_now = signals.get(driver) if driver is not None else None
         if rate_now is not None and rate_now >= self.config.min_rate_for_ratio:
@@ -228,7 +234,12 @@ class Planner:
             level = load.predict(t, 0.0)
             k_level = self.intensity_of(name)
             if ratio is not None and level is not None:
-                out[name] = level * ratio
+                base = (
+                    self.latest_load.get(name, level)
+                    if self.config.load_base == "latest"
+                    else level
+                )
+                out[name] = base * ratio
             elif driver_pred is not None and k_level is not None and level is not None:
                 out[name] = driver_pred * k_level
         return out

@@ -55,6 +55,21 @@ def test_load_signals_scale_with_predicted_demand() -> None:
     fc = planner.forecast(t - 1.0)
     ratio = fc.signals["arrival_rate_per_s"] / planner.numbers()["forecast.arrival_rate_per_s.now"]
     assert ratio > 1.05  # a rising trend is forecast to keep rising
+    # The latest reading is scaled (not the smoothed level, which lags below it).
+    latest = 4.0 * (5.0 + 0.01 * (t - 1.0))
+    assert fc.signals["running"] == pytest.approx(latest * ratio)
+    assert fc.signals["running"] > latest
+
+
+def test_smoothed_load_base_scales_the_smoothed_level() -> None:
+    planner = Planner(PlannerConfig(forecaster="holt", horizon_s=300.0, load_base="smoothed"))
+    t = 0.0
+    while t < 1800.0:
+        rate = 5.0 + 0.01 * t
+        planner.update(t, {"arrival_rate_per_s": rate, "running": 4.0 * rate})
+        t += 1.0
+    fc = planner.forecast(t - 1.0)
+    ratio = fc.signals["arrival_rate_per_s"] / planner.numbers()["forecast.arrival_rate_per_s.now"]
     assert fc.signals["running"] == pytest.approx(planner.numbers()["forecast.running.now"] * ratio)
 
 

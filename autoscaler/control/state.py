@@ -46,7 +46,10 @@ class ControllerState:
         self.is_leader: bool = False
         self.ready: bool = False
         self.ticks: int = 0
-        self._changed = asyncio.Condition()
+        # A fresh Event per publish: waiters hold the current one, publish sets it and
+        # swaps in a new one. (asyncio.Condition.wait under wait_for can raise "Lock is
+        # not acquired" when cancelled on Python 3.11; Event.wait cancels cleanly.)
+        self._changed = asyncio.Event()
 
     def status(self, ref: TargetRef) -> TargetStatus | None:
         return self.targets.get(ref)
@@ -58,14 +61,14 @@ class ControllerState:
         st.observations.append(obs)
         st.history.append(decision)
         st.last_decision = decision
-        async with self._changed:
-            self._changed.notify_all()
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     async def wait_for_change(self, timeout_s: float | None = None) -> bool:
         """Wait until the next publish; False on timeout."""
-        async with self._changed:
-            try:
-                await asyncio.wait_for(self._changed.wait(), timeout_s)
-            except TimeoutError:
-                return False
+        changed = self._changed
+        try:
+            await asyncio.wait_for(changed.wait(), timeout_s)
+        except TimeoutError:
+            return False
         return True

@@ -178,7 +178,7 @@ async def run_demo(
         clock = EmulatedClock(fleet, wall_start=time.time())
         kube = LocalKubeAPI(
             controller=True,
-            runtime=EmulatorRuntime(fleet, opts.cold_start_s),
+            runtime=EmulatorRuntime(fleet, opts.cold_start_s, match_labels={"app": opts.name}),
             clock=clock.wall,
         )
         await kube.start()

@@ -13,20 +13,45 @@ class EmulatorRuntime:
     """`PodRuntime`: a new pod becomes a new emulator; Ready once its cold start is over
     (its /health answers 200); a deleted pod drains its in-flight requests."""
 
-    def __init__(self, fleet: EmulatorFleet, cold_start_s: float, poll_s: float = 0.05) -> None:
+    def __init__(
+        self,
+        fleet: EmulatorFleet,
+        cold_start_s: float,
+        poll_s: float = 0.05,
+        pre_stop_s: float = 5.0,  # emulated seconds, like a `preStop: sleep 5`
+        match_labels: dict[str, str] | None = None,
+    ) -> None:
         self.fleet = fleet
+        self.match_labels = match_labels or {}
         self.cold_start_s = cold_start_s
         self.poll_s = poll_s
+        self.pre_stop_s = pre_stop_s
+
+    def _runs_vllm(self, pod: dict[str, Any]) -> bool:
+        labels = pod["metadata"].get("labels") or {}
+        return all(labels.get(k) == v for k, v in self.match_labels.items())
 
     async def start(self, pod: dict[str, Any]) -> PodEndpoint:
+        """Pods of the vLLM Deployment become emulators; any other pod (the warm pool's
+        pause pods) is Ready at once and serves nothing."""
         name = pod["metadata"]["name"]
+        if not self._runs_vllm(pod):
+            return PodEndpoint(ip="127.0.0.1")
         replica = await self.fleet.start_replica(name, cold_start_s=self.cold_start_s)
         while not replica.ready:  # noqa: ASYNC110 (the emulator exposes no ready event)
             await asyncio.sleep(self.poll_s)
         return PodEndpoint(ip="127.0.0.1", metrics_port=replica.port)
 
     async def stop(self, pod: dict[str, Any]) -> None:
+        """As a Service does: the pod leaves the endpoints first (its /health turns 503,
+        the load generator stops picking it), a preStop grace passes so requests already
+        routed to it arrive, then it drains its in-flight requests and exits."""
         name = pod["metadata"]["name"]
+        replica = self.fleet.replicas.get(name)
+        if replica is None:
+            return
+        replica.draining = True
+        await asyncio.sleep(max(0.5, self.fleet.clock.real_duration(self.pre_stop_s)))
         if name in self.fleet.replicas:
             await self.fleet.stop_replica(name, drain=True)
 

@@ -17,7 +17,8 @@ Pure: no I/O, no clock, no asyncio. Semantics, in order of application:
    ``threshold`` x ready replicas skips the scale-up stabilisation window and forbids
    scale-down until the stable window passes without panic.
 5. HPA ``behavior``: stabilisation windows, then rate policies over the observed history
-   of replica changes, then min/max.
+   of replica changes, then min/max; with the cold-start guard (ours, on by default), at
+   most one scale-up policy step beyond the READY replicas while pods are starting.
 6. Capacity: never more than the GPU resource can place; reported as capacity-limited.
 """
 

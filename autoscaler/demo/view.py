@@ -10,17 +10,10 @@ from rich.table import Table
 
 from autoscaler.domain import Decision, Observation
 
-COLUMNS = (
-    "emu_t_s",
-    "replicas",
-    "ready",
-    "desired",
-    "waiting",
-    "running",
-    "kv",
-    "ttft_p95",
-    "reason",
-)
+# Short headers so the live table fits an 80-column terminal: time (emulated s), spec
+# replicas, ready, desired, waiting, running, mean KV usage, TTFT p95 (s), reason.
+COLUMNS = ("t_s", "rep", "rdy", "want", "queue", "run", "kv", "ttft95", "reason")
+WIDTHS = (5, 3, 3, 4, 5, 4, 4, 6, 17)
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -66,8 +59,11 @@ class DemoView:
 
     def _table(self) -> Table:
         table = Table(title="llm-autoscaler demo: demo/llama-3-8b", expand=False)
-        for c in COLUMNS:
-            table.add_column(c, justify="right" if c != "reason" else "left")
+        for c, width in zip(COLUMNS, WIDTHS, strict=True):
+            if c == "reason":
+                table.add_column(c, justify="left", min_width=width, no_wrap=True)
+            else:
+                table.add_column(c, justify="right", min_width=width, no_wrap=True)
         for r in self.rows[-self.keep_rows :]:
             table.add_row(*r)
         if self.messages:

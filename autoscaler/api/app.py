@@ -39,6 +39,7 @@ from autoscaler.keda.value import (
     read_target,
 )
 from autoscaler.logging import get_logger
+from autoscaler.mergepatch import merge_patch
 from autoscaler.policy.core import decide
 from autoscaler.policy.schema import Policy, load_policy
 from autoscaler.store.base import (
@@ -166,19 +167,6 @@ async def _resolve_if_match(store: PolicyStore, ref: TargetRef, header: str | No
     if current in tags:
         return current
     raise PreconditionFailed(f"target {ref} is at version {current}, none of {tags}")
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: objects merge, ``null`` deletes, anything else replaces."""
-    if not isinstance(patch, Mapping):
-        return patch
-    result: dict[str, Any] = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 async def _json_body(request: Request) -> Any:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from autoscaler.control.clock import Clock, MonotonicClock
-from autoscaler.control.ports import PodEndpoint, TargetView
+from autoscaler.control.ports import TargetView
 from autoscaler.domain import Decision, Forecast, TargetRef
 from autoscaler.errors import AutoscalerError, OwnershipError
 from autoscaler.forecast.planner import Planner, PlannerConfig
@@ -15,6 +15,7 @@ from autoscaler.kube.crd import Condition
 from autoscaler.kube.pods import PodWatcher
 from autoscaler.kube.scale import ScaleClient
 from autoscaler.logging import get_logger
+from autoscaler.metrics.source import PodEndpoint
 from autoscaler.store.base import TargetSpec
 
 log = get_logger(__name__)

@@ -11,15 +11,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from autoscaler.domain import Decision, Forecast, TargetRef
+from autoscaler.metrics.source import PodEndpoint  # a ready pod and its metrics URL
 from autoscaler.store.base import TargetSpec
-
-
-@dataclass(frozen=True, slots=True)
-class PodEndpoint:
-    """A ready pod and where its metrics are served."""
-
-    name: str
-    url: str
 
 
 @dataclass(frozen=True, slots=True)

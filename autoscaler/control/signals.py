@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autoscaler.control.ports import SignalReading, TargetView
-from autoscaler.metrics.source import MetricSource, PodEndpoint
+from autoscaler.metrics.source import MetricSource
 from autoscaler.store.base import TargetSpec
 
 
@@ -14,8 +14,7 @@ class SourceSignals:
         self.source = source
 
     async def read(self, spec: TargetSpec, view: TargetView, now: float) -> SignalReading:
-        pods = [PodEndpoint(p.name, p.url) for p in view.pods]
-        reading = await self.source.read(str(spec.ref), pods, now)
+        reading = await self.source.read(str(spec.ref), view.pods, now)
         return SignalReading(
             signals=dict(reading.signals), pods_read=reading.pods_read, errors=reading.errors
         )

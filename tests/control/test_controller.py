@@ -5,8 +5,7 @@ instances with leader election never both writing. Real sockets and real (short)
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL, METRICS_PORT_ANNOTATION
 from autoscaler.policy.schema import load_policy
 from autoscaler.settings import GrpcSettings, HttpSettings, Settings
 from autoscaler.store.base import ScaleTargetRef, TargetSpec
+from tests.support.waiting import until
 
 REF = TargetRef("llm", "llama")
 PAGE = """# TYPE vllm:num_requests_waiting gauge
@@ -28,14 +28,6 @@ vllm:num_requests_waiting{model_name="m",engine="0"} 20
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{model_name="m",engine="0"} 10
 """
-
-
-async def until(pred: Callable[[], bool], deadline_s: float, what: str) -> None:
-    end = time.monotonic() + deadline_s
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline_s}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.policy.schema import load_policy
 from autoscaler.store.base import ScaleTargetRef, StoredTarget, TargetSpec
 from tests.support.prometheus import PrometheusServer
+from tests.support.waiting import until
 
 REF = TargetRef("demo", "llama-3-8b")
 POLICY = {
@@ -78,14 +78,6 @@ def write_sd(path: Path, urls: list[str]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps([{"targets": hosts, "labels": {"namespace": "demo"}}]))
     tmp.replace(path)
-
-
-async def until(pred: Callable[[], bool], deadline_s: float, what: str) -> None:
-    end = time.monotonic() + deadline_s
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline_s}s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture

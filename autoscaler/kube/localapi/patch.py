@@ -10,27 +10,18 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from autoscaler.mergepatch import merge_patch
+
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 SUPPORTED = frozenset({MERGE, STRATEGIC, JSON_PATCH})
 
+__all__ = ["SUPPORTED", "PatchError", "apply_patch", "json_patch", "merge_patch"]
+
 
 class PatchError(ValueError):
     """The patch cannot be applied (the API answers 422 or 400)."""
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: objects merge recursively, ``null`` deletes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out: dict[str, Any] = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
 
 
 def _pointer(path: str) -> list[str]:

@@ -63,7 +63,7 @@ from autoscaler.metrics.prometheus import VLLM_QUERIES, PrometheusSource  # noqa
 from autoscaler.metrics.source import MetricSource  # noqa: E402
 from autoscaler.policy.schema import load_policy  # noqa: E402
 from autoscaler.store.base import ScaleTargetRef, StoredTarget, TargetSpec  # noqa: E402
-from tests.support.prometheus import PrometheusServer  # noqa: E402
+from tests.support.prometheus import FileSdPrometheus, write_sd  # noqa: E402
 
 REF = TargetRef("demo", "llama-3-8b")
 SELECTOR = 'job="vllm"'
@@ -170,39 +170,6 @@ class TimedKubeAPI(LocalKubeAPI):
             if self.on_scale_write is not None:
                 self.on_scale_write(write)
         return scale, status
-
-
-class FileSdPrometheus(PrometheusServer):
-    """A real Prometheus discovering the Ready emulators from a file (as in the e2e test)."""
-
-    def __init__(self, sd_file: Path, scrape_interval_s: float) -> None:
-        super().__init__([], scrape_interval_s=scrape_interval_s)
-        self.sd_file = sd_file
-
-    def _config(self) -> str:
-        interval = f"{int(self.scrape_interval_s * 1000)}ms"
-        timeout = f"{int(min(self.scrape_interval_s, 10.0) * 1000)}ms"
-        return json.dumps(
-            {
-                "global": {"scrape_interval": interval, "evaluation_interval": interval},
-                "scrape_configs": [
-                    {
-                        "job_name": "vllm",
-                        "scrape_timeout": timeout,
-                        "file_sd_configs": [
-                            {"files": [str(self.sd_file)], "refresh_interval": "1s"}
-                        ],
-                    }
-                ],
-            }
-        )
-
-
-def write_sd(path: Path, urls: list[str]) -> None:
-    hosts = [u.removeprefix("http://") for u in urls]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps([{"targets": hosts, "labels": {"namespace": "demo"}}]))
-    tmp.replace(path)
 
 
 class TimedLoop(ControlLoop):

@@ -10,7 +10,6 @@ bounded by deadlines.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from autoscaler.kube.localapi.server import LocalKubeAPI
 from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.policy.schema import load_policy
 from autoscaler.store.base import ScaleTargetRef, StoredTarget, TargetSpec
-from tests.support.prometheus import PrometheusServer
+from tests.support.prometheus import FileSdPrometheus, PrometheusServer, write_sd
 from tests.support.waiting import until
 
 REF = TargetRef("demo", "llama-3-8b")
@@ -49,37 +48,6 @@ POLICY = {
 }
 
 
-class FileSdPrometheus(PrometheusServer):
-    """The test support server, discovering targets from a JSON file it re-reads."""
-
-    def __init__(self, sd_file: Path) -> None:
-        super().__init__([], scrape_interval_s=0.5)
-        self.sd_file = sd_file
-
-    def _config(self) -> str:
-        return json.dumps(
-            {
-                "global": {"scrape_interval": "500ms", "evaluation_interval": "500ms"},
-                "scrape_configs": [
-                    {
-                        "job_name": "vllm",
-                        "scrape_timeout": "500ms",
-                        "file_sd_configs": [
-                            {"files": [str(self.sd_file)], "refresh_interval": "1s"}
-                        ],
-                    }
-                ],
-            }
-        )
-
-
-def write_sd(path: Path, urls: list[str]) -> None:
-    hosts = [u.removeprefix("http://") for u in urls]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps([{"targets": hosts, "labels": {"namespace": "demo"}}]))
-    tmp.replace(path)
-
-
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     sd = tmp_path / "targets.json"
@@ -90,7 +58,7 @@ async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     opts = DemoOptions()
     kube.create("nodes", _node("gpu-node-1", 8))
     kube.create("deployments", _deployment(opts), group="apps")
-    prom = FileSdPrometheus(sd)
+    prom = FileSdPrometheus(sd, scrape_interval_s=0.5)
     prom.start()
     tasks = TaskGroup("e2e")
 

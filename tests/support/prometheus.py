@@ -142,3 +142,38 @@ class PrometheusServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class FileSdPrometheus(PrometheusServer):
+    """A real Prometheus discovering its targets from a JSON file it re-reads every second
+    (pods come and go during a test; see `write_sd`)."""
+
+    def __init__(self, sd_file: Path, scrape_interval_s: float) -> None:
+        super().__init__([], scrape_interval_s=scrape_interval_s)
+        self.sd_file = sd_file
+
+    def _config(self) -> str:
+        interval = f"{int(self.scrape_interval_s * 1000)}ms"
+        timeout = f"{int(min(self.scrape_interval_s, 10.0) * 1000)}ms"
+        return json.dumps(
+            {
+                "global": {"scrape_interval": interval, "evaluation_interval": interval},
+                "scrape_configs": [
+                    {
+                        "job_name": "vllm",
+                        "scrape_timeout": timeout,
+                        "file_sd_configs": [
+                            {"files": [str(self.sd_file)], "refresh_interval": "1s"}
+                        ],
+                    }
+                ],
+            }
+        )
+
+
+def write_sd(path: Path, urls: list[str]) -> None:
+    """Atomically write the file-discovery targets (base URLs -> host:port)."""
+    hosts = [u.removeprefix("http://") for u in urls]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([{"targets": hosts, "labels": {"namespace": "demo"}}]))
+    tmp.replace(path)

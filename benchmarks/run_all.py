@@ -22,6 +22,7 @@ ORDER = (
     "bench_api.py",
     "bench_policies.py",
     "bench_sensitivity.py",
+    "bench_oracle.py",
     "bench_reaction.py",
 )
 QUICK_FLAG = {"bench_policies.py": "--quick"}

@@ -1,0 +1,160 @@
+"""Oracle bound: what no autoscaler can beat on each benchmark scenario.
+
+For every scenario of ``bench_policies.py`` (same traces, profile, SLO and seed) this
+computes the clairvoyant oracle's GPU-hours vs misses frontier (`autoscaler.sim.oracle`:
+replica count chosen per 60 s window with knowledge of the future, no cold start) and
+sets it against the issue-7 targets and the measured policies read from
+``benchmarks/results/policies.json`` (run ``bench_policies.py`` first for those columns):
+
+* the fewest GPU-hours any policy needs for ``ours``' attainment and for 99%;
+* the fewest misses any policy can have within ``keda-seed``'s GPU-hours, i.e. whether
+  "5x fewer misses than keda-seed at no more GPU-hours" is reachable at all;
+* the fewest GPU-hours for 99% as a fraction of static-peak's (the "40%" target).
+
+Prints a table and writes ``benchmarks/results/oracle.json``.
+
+    .venv/bin/python benchmarks/bench_oracle.py [--only "code,conv x4"] [--jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_policies import PROFILE, SEED, SLO_TTFT_S, scenarios
+
+from autoscaler.sim.cluster import ClusterConfig
+from autoscaler.sim.oracle import frontier, min_gpu_hours, min_misses, window_misses
+from autoscaler.sim.replica import get_profile
+from autoscaler.sim.report import write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+WINDOW_S = 60.0
+WARMUP_S = 60.0
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--only", default="", help="comma-separated scenario labels to run")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes")
+    ap.add_argument(
+        "--policies",
+        type=Path,
+        default=ROOT / "benchmarks" / "results" / "policies.json",
+        help="bench_policies.py results to compare with",
+    )
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "oracle.json")
+    args = ap.parse_args()
+    measured: dict[str, Any] = {}
+    if args.policies.exists():
+        measured = json.loads(args.policies.read_text())["scenarios"]
+    cluster = ClusterConfig(profile=get_profile(PROFILE))
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    doc: dict[str, Any] = {
+        "command": "python benchmarks/bench_oracle.py",
+        "window_s": WINDOW_S,
+        "warmup_s": WARMUP_S,
+        "profile": PROFILE,
+        "slo_ttft_s": SLO_TTFT_S,
+        "seed": SEED,
+        "policies_from": str(args.policies.relative_to(ROOT)) if measured else None,
+        "scenarios": {},
+    }
+    rows = [
+        "| scenario | static-peak GPU-h | oracle GPU-h @99% (/ static) | ours GPU-h @ att. "
+        "| oracle GPU-h @ ours' att. | keda-seed GPU-h, misses | oracle misses @ keda GPU-h "
+        "| 5x fewer reachable? |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for label, trace, _description in scenarios(quick=False):
+            if only and label not in only:
+                continue
+            m = measured.get(label, {})
+            static_n = int(m.get("static_peak_replicas", 0)) or 8
+            t0 = time.perf_counter()
+            table = window_misses(
+                trace,
+                cluster,
+                max_replicas=static_n + 6,
+                window_s=WINDOW_S,
+                warmup_s=WARMUP_S,
+                slo_ttft_s=SLO_TTFT_S,
+                seed=SEED,
+                map_fn=lambda f, it: pool.map(f, it, chunksize=4),
+            )
+            pts = frontier(table)
+            n_req = table.total_requests
+            entry: dict[str, Any] = {
+                "requests": n_req,
+                "windows": len(table.requests),
+                "wall_s": round(time.perf_counter() - t0, 1),
+                "cheapest": {"gpu_hours": _r(pts[0].gpu_hours), "misses": pts[0].misses},
+                "fewest_misses": {"gpu_hours": _r(pts[-1].gpu_hours), "misses": pts[-1].misses},
+                "gpu_hours_at_attainment": {
+                    str(a): _r(min_gpu_hours(pts, (1 - a) * n_req))
+                    for a in (0.95, 0.98, 0.99, 0.995)
+                },
+                "frontier": [
+                    [_r(p.gpu_hours, 4), p.misses] for p in pts[:: max(1, len(pts) // 200)]
+                ],
+            }
+            pol = m.get("policies", {})
+            sp, ours, keda = pol.get("static-peak"), pol.get("ours"), pol.get("keda-seed")
+            g99 = entry["gpu_hours_at_attainment"]["0.99"]
+            cells = ["-"] * 7
+            if sp:
+                entry["static_peak_gpu_hours"] = sp["gpu_hours"]
+                entry["oracle_99_over_static"] = _r(g99 / sp["gpu_hours"]) if g99 else None
+                cells[0] = f"{sp['gpu_hours']:.2f}"
+                cells[1] = f"{g99:.2f} ({entry['oracle_99_over_static']})" if g99 else "unreachable"
+            if ours:
+                at = min_gpu_hours(pts, ours["slo_misses"])
+                entry["ours"] = {
+                    "gpu_hours": ours["gpu_hours"],
+                    "attainment": ours["slo_attainment"],
+                    "oracle_gpu_hours_at_same_misses": _r(at),
+                }
+                cells[2] = f"{ours['gpu_hours']:.2f} @ {ours['slo_attainment']:.4f}"
+                cells[3] = f"{at:.2f}" if at is not None else "-"
+            if keda:
+                best = min_misses(pts, keda["gpu_hours"])
+                need = keda["slo_misses"] / 5
+                entry["keda_seed"] = {
+                    "gpu_hours": keda["gpu_hours"],
+                    "misses": keda["slo_misses"],
+                    "oracle_misses_within_its_gpu_hours": _r(best, 1),
+                    "five_x_fewer_needs_at_most": need,
+                    "five_x_fewer_reachable": best is not None and best <= need,
+                }
+                cells[4] = f"{keda['gpu_hours']:.2f}, {keda['slo_misses']}"
+                cells[5] = f"{best:.0f}" if best is not None else "-"
+                cells[6] = (
+                    f"{'yes' if entry['keda_seed']['five_x_fewer_reachable'] else 'NO'} "
+                    f"(needs <= {need:.0f})"
+                )
+            rows.append(f"| {label} | " + " | ".join(cells) + " |")
+            doc["scenarios"][label] = entry
+            print(
+                f"{label}: {json.dumps({k: v for k, v in entry.items() if k != 'frontier'})}",
+                file=sys.stderr,
+            )
+    doc["markdown"] = "\n".join(rows)
+    print(doc["markdown"])
+    write_json(args.out, doc)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,7 +13,7 @@ sets it against the issue-7 targets and the measured policies read from
 
 Prints a table and writes ``benchmarks/results/oracle.json``.
 
-    .venv/bin/python benchmarks/bench_oracle.py [--only "code,conv x4"] [--jobs N]
+    .venv/bin/python benchmarks/bench_oracle.py [--quick] [--only "code,conv x4"] [--jobs N]
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--only", default="", help="comma-separated scenario labels to run")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
+    ap.add_argument("--quick", action="store_true", help="the --quick scenarios of bench_policies")
     ap.add_argument(
         "--policies",
         type=Path,
@@ -61,7 +62,7 @@ def main() -> int:
     cluster = ClusterConfig(profile=get_profile(PROFILE))
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     doc: dict[str, Any] = {
-        "command": "python benchmarks/bench_oracle.py",
+        "command": "python benchmarks/bench_oracle.py" + (" --quick" if args.quick else ""),
         "window_s": WINDOW_S,
         "warmup_s": WARMUP_S,
         "profile": PROFILE,
@@ -77,7 +78,7 @@ def main() -> int:
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for label, trace, _description in scenarios(quick=False):
+        for label, trace, _description in scenarios(quick=args.quick):
             if only and label not in only:
                 continue
             m = measured.get(label, {})

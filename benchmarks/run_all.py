@@ -25,7 +25,7 @@ ORDER = (
     "bench_oracle.py",
     "bench_reaction.py",
 )
-QUICK_FLAG = {"bench_policies.py": "--quick"}
+QUICK_FLAG = {"bench_policies.py": "--quick", "bench_oracle.py": "--quick"}
 
 
 def main() -> int:

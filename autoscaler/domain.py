@@ -54,6 +54,8 @@ class Forecast:
     horizon_s: float
     signals: Mapping[str, float]
     model: str = "unknown"
+    # Learned per-replica capacity at the latency SLO, per signal (only learned ones).
+    capacity_per_replica: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,7 @@ class MetricRecommendation:
     forecast_value: float | None = None
     forecast_replicas: int | None = None
     active: bool = False
+    learned: bool = False  # target = learned per-replica capacity (prediction block)
 
     @property
     def missing(self) -> bool:
@@ -161,6 +164,7 @@ class Decision:
                     "forecast_value": m.forecast_value,
                     "forecast_replicas": m.forecast_replicas,
                     "active": m.active,
+                    "learned": m.learned,
                 }
                 for m in self.metrics
             ],

@@ -252,7 +252,18 @@ class Planner:
         driver = self._driver()
         model = self.models[driver].name if driver is not None else "none"
         self._numbers = self._report(t, horizon, signals)
-        return Forecast(horizon_s=horizon, signals=MappingProxyType(signals), model=model)
+        return Forecast(
+            horizon_s=horizon,
+            signals=MappingProxyType(signals),
+            model=model,
+            capacity_per_replica=MappingProxyType(self.learned_capacities()),
+        )
+
+    def learned_capacities(self) -> dict[str, float]:
+        """Per-replica capacities learned from evidence at the SLO (configured targets,
+        which the estimator falls back to, are left out: the policy already has them)."""
+        caps = self.capacity.capacities()
+        return {n: c for n, c in caps.items() if self.capacity.learned(n)}
 
     def needed_replicas(
         self, t: float, horizon_s: float, per_replica_capacity: Mapping[str, float]

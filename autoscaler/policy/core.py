@@ -78,16 +78,39 @@ def _ask(spec: MetricSpec, value: float, obs: Observation, up: Rules, down: Rule
     return _Ask(_ceil(demand), demand)
 
 
+def _prediction_on(policy: Policy, obs: Observation) -> bool:
+    return obs.forecast is not None and policy.prediction is not None and policy.prediction.enabled
+
+
+def _learned_spec(policy: Policy, obs: Observation) -> MetricSpec | None:
+    """The opt-in learned-capacity metric, when the planner has learned its capacity."""
+    if not _prediction_on(policy, obs):
+        return None
+    assert policy.prediction is not None and obs.forecast is not None
+    name = policy.prediction.learned_capacity_signal
+    cap = obs.forecast.capacity_per_replica.get(name) if name is not None else None
+    if name is None or cap is None or not cap > 0 or not math.isfinite(cap):
+        return None
+    target = cap * policy.prediction.learned_capacity_headroom
+    return MetricSpec(signal=name, type="AverageValue", target=target)
+
+
 def _recommend(
     policy: Policy, obs: Observation, up: Rules, down: Rules
 ) -> tuple[list[MetricRecommendation], float, bool]:
     """Per-metric recommendations, the largest unrounded demand now, and whether the
-    tolerance band held any metric at the current count."""
-    forecast = obs.forecast.signals if obs.forecast and policy.prediction else None
+    tolerance band held any metric at the current count. The learned-capacity metric
+    joins only when both its capacity and its reading exist: it may add replicas, and
+    its absence is never a missing metric (the configured metrics keep that role)."""
+    forecast = obs.forecast.signals if _prediction_on(policy, obs) and obs.forecast else None
     out: list[MetricRecommendation] = []
     demand_now = 0.0
     tolerated = False
-    for spec in policy.metrics:
+    learned = _learned_spec(policy, obs)
+    specs = [(spec, False) for spec in policy.metrics]
+    if learned is not None and obs.signals.get(learned.signal) is not None:
+        specs.append((learned, True))
+    for spec, is_learned in specs:
         value = obs.signals.get(spec.signal)
         if value is None or math.isnan(value):
             out.append(MetricRecommendation(spec.signal, spec.type, spec.target, None, None))
@@ -114,6 +137,7 @@ def _recommend(
                 forecast_value=f_value,
                 forecast_replicas=f_replicas,
                 active=active,
+                learned=is_learned,
             )
         )
     return out, demand_now, tolerated
@@ -302,10 +326,13 @@ def decide(
     failures = state.consecutive_failures + 1 if missing else 0
     state = replace(state, consecutive_failures=failures)
     numbers["consecutive_failures"] = float(failures)
-    if obs.forecast is not None and policy.prediction is not None:
+    if _prediction_on(policy, obs):
+        assert obs.forecast is not None
         numbers["forecast_horizon_s"] = obs.forecast.horizon_s
         for name, value in obs.forecast.signals.items():
             numbers[f"forecast.{name}"] = value
+        for name, value in obs.forecast.capacity_per_replica.items():
+            numbers[f"capacity.{name}.per_replica"] = value
     active = any(r.active for r in recs)
     if active:
         state = replace(state, last_active_t=now)

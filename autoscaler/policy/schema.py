@@ -17,6 +17,13 @@ from pydantic.alias_generators import to_camel
 from autoscaler.domain import FRACTION_SIGNALS, SignalName
 from autoscaler.errors import ConfigError
 
+CAPACITY_SIGNALS: tuple[str, ...] = (
+    "prompt_tokens_per_s",
+    "generation_tokens_per_s",
+    "arrival_rate_per_s",
+    "running",
+)
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(
@@ -77,13 +84,31 @@ class Panic(_Model):
 
 class Prediction(_Model):
     """Forecast hook: scale for the larger of demand now and demand at now + horizon.
-    ``horizonSeconds`` unset means the target's learned cold start (prior until learned)."""
+    ``horizonSeconds`` unset means the target's learned cold start (prior until learned).
+
+    ``learnedCapacitySignal`` (opt-in): once the planner has learned what one replica
+    sustains of this signal while TTFT stays under the SLO, that capacity (times
+    ``learnedCapacityHeadroom``) acts as one more ``AverageValue`` metric. Until it is
+    learned the metric does not exist (never a guessed target)."""
 
     enabled: bool = True
     forecaster: Literal["ewma", "holt", "seasonal", "auto"] = "auto"
     horizon_seconds: float | None = Field(default=None, gt=0, le=3600)
     cold_start_prior_seconds: float = Field(default=90.0, gt=0, le=3600)
     min_pods_to_learn: int = Field(default=3, ge=1)
+    learned_capacity_signal: SignalName | None = None
+    learned_capacity_headroom: float = Field(default=1.0, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _capacity_signal(self) -> Prediction:
+        name = self.learned_capacity_signal
+        if name is not None and name not in CAPACITY_SIGNALS:
+            raise ValueError(
+                f"learnedCapacitySignal={name!r} must be a per-replica load or rate signal "
+                f"({', '.join(CAPACITY_SIGNALS)}): a fraction or a latency has no "
+                "per-replica capacity"
+            )
+        return self
 
 
 class Capacity(_Model):

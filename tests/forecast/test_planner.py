@@ -116,6 +116,20 @@ def test_warm_pool_uses_learned_capacity_by_default() -> None:
     assert planner.warm_pool_size(299.0, 300.0, replicas_now=1) == 1  # 40 / 20 = 2
 
 
+def test_forecast_carries_only_capacities_learned_from_evidence() -> None:
+    planner = Planner(
+        PlannerConfig(forecaster="ewma", horizon_s=60.0, capacity_fallback={"running": 20.0})
+    )
+    assert dict(planner.forecast(0.0).capacity_per_replica) == {}  # threshold: not learned
+    # 40 s of 2 replicas at 6000 prompt tokens/s each with TTFT p95 near the SLO (0.4 s)
+    for k in range(40):
+        signals = {"prompt_tokens_per_s": 12_000.0, "ttft_p95_s": 0.4, "running": 30.0}
+        planner.update(float(k), signals, ready_replicas=2)
+    caps = planner.forecast(40.0).capacity_per_replica
+    assert caps["prompt_tokens_per_s"] == 6000.0
+    assert planner.learned_capacities() == dict(caps)
+
+
 def test_numbers_expose_every_forecast_input() -> None:
     planner = Planner(PlannerConfig(forecaster="auto", cold_start_prior_s=30.0))
     _feed(planner, 0.0, 600.0, 10.0, 4.0)

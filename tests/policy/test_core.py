@@ -493,3 +493,76 @@ def test_cold_start_guard_never_blocks_the_first_step_from_zero_ready() -> None:
     # All replicas still starting: one Pods step (4) beyond 0 ready, never below current.
     ticks = [Tick(0, 2, {"waiting": 100}, ready=0)]
     assert run({**WAITING4, "maxReplicaCount": 64}, ticks)[-1].desired_replicas == 4
+
+
+LEARNED = {
+    **WAITING4,
+    "maxReplicaCount": 32,
+    "prediction": {"learnedCapacitySignal": "prompt_tokens_per_s"},
+}
+
+
+def learned_obs(
+    current: int, signals: dict[str, float], capacity: dict[str, float], forecast: float
+) -> Observation:
+    return Observation(
+        t=0,
+        current_replicas=current,
+        ready_replicas=current,
+        signals=signals,
+        forecast=Forecast(90.0, {"prompt_tokens_per_s": forecast}, capacity_per_replica=capacity),
+    )
+
+
+def test_learned_capacity_adds_replicas_the_configured_metrics_do_not_see() -> None:
+    # The queue is empty (waiting asks for 1), but 30k prompt tokens/s on replicas that
+    # sustain 10k each at the SLO needs 3; the forecast (36k) asks for 4.
+    obs = learned_obs(
+        2, {"waiting": 0, "prompt_tokens_per_s": 30_000}, {"prompt_tokens_per_s": 10_000}, 36_000
+    )
+    decision, _ = decide(load_policy(LEARNED), obs, DecisionState(), 0)
+    assert decision.desired_replicas == 4
+    assert decision.reason == Reason.FORECAST
+    learned = [m for m in decision.metrics if m.learned]
+    assert [(m.signal, m.target, m.replicas, m.forecast_replicas) for m in learned] == [
+        ("prompt_tokens_per_s", 10_000, 3, 4)
+    ]
+    assert decision.numbers["capacity.prompt_tokens_per_s.per_replica"] == 10_000
+    assert decision.to_dict()["metrics"][-1]["learned"] is True
+
+
+def test_learned_capacity_headroom_lowers_the_target() -> None:
+    doc = {**LEARNED, "prediction": {**LEARNED["prediction"], "learnedCapacityHeadroom": 0.5}}
+    obs = learned_obs(
+        2, {"waiting": 0, "prompt_tokens_per_s": 30_000}, {"prompt_tokens_per_s": 10_000}, 0
+    )
+    decision, _ = decide(load_policy(doc), obs, DecisionState(), 0)
+    assert decision.desired_replicas == 6  # ceil(30k / 5k); 10k per replica would ask 3
+    assert [m.target for m in decision.metrics if m.learned] == [5_000]
+
+
+def test_capacity_not_yet_learned_is_no_metric_and_not_missing() -> None:
+    obs = learned_obs(4, {"waiting": 0, "prompt_tokens_per_s": 30_000}, {}, 36_000)
+    decision, state = decide(load_policy(LEARNED), obs, DecisionState(), 0)
+    assert [m.signal for m in decision.metrics] == ["waiting"]
+    assert state.consecutive_failures == 0  # nothing missing: the configured metric read
+
+
+def test_learned_capacity_without_its_reading_is_skipped_not_zero() -> None:
+    # capacity learned but this tick's rate is missing: no recommendation from it, and
+    # the configured metric still decides (no scale-down to 0-based demand)
+    obs = learned_obs(3, {"waiting": 12}, {"prompt_tokens_per_s": 10_000}, 36_000)
+    decision, _ = decide(load_policy(LEARNED), obs, DecisionState(), 0)
+    assert not any(m.learned for m in decision.metrics)
+    assert decision.desired_replicas == 3
+
+
+def test_prediction_disabled_ignores_forecast_and_learned_capacity() -> None:
+    doc = {**LEARNED, "prediction": {**LEARNED["prediction"], "enabled": False}}
+    obs = learned_obs(
+        2, {"waiting": 8, "prompt_tokens_per_s": 30_000}, {"prompt_tokens_per_s": 10_000}, 36_000
+    )
+    decision, _ = decide(load_policy(doc), obs, DecisionState(), 0)
+    assert decision.desired_replicas == 2
+    assert not any(m.learned for m in decision.metrics)
+    assert "forecast_horizon_s" not in decision.numbers

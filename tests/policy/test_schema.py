@@ -70,6 +70,15 @@ def test_keda_behavior_block_pastes_unchanged() -> None:
         ({"idleReplicaCount": 3, "minReplicaCount": 2}, "idleReplicaCount: value 3 must be <"),
         ({"cooldownPeriod": -1}, "cooldownPeriod"),
         ({"minReplicas": 1}, "minReplicas"),
+        (
+            {"prediction": {"learnedCapacitySignal": "kv_cache_usage"}},
+            "learnedCapacitySignal='kv_cache_usage' must be a per-replica load or rate signal",
+        ),
+        (
+            {"prediction": {"learnedCapacitySignal": "ttft_p95_s"}},
+            "a fraction or a latency has no per-replica capacity",
+        ),
+        ({"prediction": {"learnedCapacityHeadroom": 1.5}}, "prediction.learnedCapacityHeadroom"),
     ],
 )
 def test_invalid_policy_is_rejected_with_field_value_and_rule(

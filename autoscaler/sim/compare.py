@@ -26,6 +26,7 @@ from autoscaler.sim.policies import (
     StaticPeak,
     keda_seed,
     ours,
+    ours_capacity_policy,
 )
 from autoscaler.sim.simulator import Autoscaler, SimResult, simulate
 from autoscaler.sim.traces import Trace
@@ -85,6 +86,8 @@ def build_policy(name: str, static_n: int, initial: int, cfg: CompareConfig) -> 
         return AibrixApa(initial)
     if name == "ours":
         return ours(initial, cfg.forecaster)
+    if name == "ours-capacity":
+        return ours(initial, cfg.forecaster, policy=ours_capacity_policy())
     raise ConfigError(f"--policy: value {name!r} must be 'all' or one of {', '.join(POLICY_NAMES)}")
 
 

@@ -34,6 +34,7 @@ POLICY_NAMES: tuple[str, ...] = (
     "knative-kpa",
     "aibrix-apa",
     "ours",
+    "ours-capacity",
 )
 
 Forecaster = Callable[[SimView, float, float], Forecast | None]
@@ -207,6 +208,22 @@ def ours_policy() -> Policy:
     )
 
 
+def ours_capacity_policy() -> Policy:
+    """``ours`` plus the opt-in learned capacity on prompt tokens/s: TTFT is bound by
+    prefill, so what a replica sustains of prompt tokens/s under the TTFT SLO is the
+    capacity that matters; learned online, it adds replicas the running/waiting targets
+    do not ask for (long prompts, short answers)."""
+    base = ours_policy()
+    assert base.prediction is not None
+    return base.model_copy(
+        update={
+            "prediction": base.prediction.model_copy(
+                update={"learned_capacity_signal": "prompt_tokens_per_s"}
+            )
+        }
+    )
+
+
 class PlannerForecaster:
     """The `Forecaster` hook backed by the product's `forecast.Planner`, fed as the
     control loop feeds it: the scraped signals each poll and each pod's observed
@@ -261,7 +278,12 @@ class Ours(DecideAutoscaler):
             )
             self.planner = PlannerForecaster(Planner(config), scrape)
             forecaster = self.planner
-        super().__init__("ours", policy, scrape, initial_replicas, forecaster)
+        name = (
+            "ours-capacity"
+            if policy.prediction and policy.prediction.learned_capacity_signal
+            else "ours"
+        )
+        super().__init__(name, policy, scrape, initial_replicas, forecaster)
         self.warm_pool_history: list[tuple[float, int]] = []
 
     def observation(self, now: float, view: SimView) -> Observation:

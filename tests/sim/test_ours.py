@@ -7,7 +7,7 @@ import numpy as np
 from autoscaler.domain import Forecast, Reason
 from autoscaler.policy.schema import ColdStartGuard
 from autoscaler.sim.cluster import ClusterConfig
-from autoscaler.sim.policies import Ours, ours, ours_policy
+from autoscaler.sim.policies import Ours, ours, ours_capacity_policy, ours_policy
 from autoscaler.sim.replica import PROFILES
 from autoscaler.sim.simulator import SimView, simulate
 from autoscaler.sim.traces import Trace, from_arrays
@@ -86,3 +86,26 @@ def test_cold_start_guard_stops_overshoot_on_a_step_during_a_long_cold_start() -
     assert peak_before_ready(guarded) <= 5  # 1 ready + one Pods-4 step
     assert peak_before_ready(unguarded) >= 32  # 1 -> 64 compounding on unready pods
     assert any(Reason.WAITING_FOR_READY in d.limits for d in guarded.decisions)
+
+
+def test_learned_prompt_capacity_scales_a_prefill_bound_ramp_the_queue_targets_miss() -> None:
+    # 3000-token prompts, 20-token answers: few sequences run at once, so running/waiting
+    # stay under their targets while prefill saturates and TTFT climbs.
+    base = ramp(1, 8, 60, 900, 1500)
+    n = len(base)
+    trace = from_arrays("prefill-ramp", base.arrival_s, [3000] * n, [20] * n)
+    plain = ours(1)
+    learned = ours(1, policy=ours_capacity_policy())
+    assert learned.name == "ours-capacity"
+    a = simulate(trace, plain, CFG, seed=0).summary()
+    b = simulate(trace, learned, CFG, seed=0).summary()
+    assert learned.planner is not None
+    cap = learned.planner.planner.learned_capacities()["prompt_tokens_per_s"]
+    assert 5_000 < cap < 30_000  # an 8B model's prefill on one H100, under a 0.5 s TTFT
+    last = learned.decisions[-1]
+    assert [(m.signal, m.target) for m in last.metrics if m.learned] == [
+        ("prompt_tokens_per_s", cap)
+    ]
+    assert not any(m.learned for m in plain.decisions[-1].metrics)
+    assert b["slo_misses"] * 4 < a["slo_misses"]
+    assert b["gpu_hours"] > a["gpu_hours"]  # the misses were saved by replicas, not luck

@@ -6,6 +6,12 @@ The learned capacity per signal is a high quantile of sustained load, raised abo
 configured threshold only by evidence, and lowered below it only by violations: learning
 from a lightly loaded fleet alone would read "never saw more" as "cannot do more", ask
 for more replicas, see even less load per replica, and spiral into over-provisioning.
+
+Latency is evidence about capacity only when requests queue. TTFT is queueing plus the
+request's own prefill: a single 8k-token prompt on an idle replica can take most of the
+SLO, and more replicas would not make it faster. So a tick whose latency is near or over
+the SLO counts only when the queue signal (``waiting``) shows queued requests; without
+that reading (missing, never zero) the tick counts as before.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ class CapacityEstimator:
     min_samples: int = 30
     min_load_fraction: float = 0.5  # only near-capacity ticks count as evidence
     near_slo_fraction: float = 0.5  # ... or ticks whose latency is close to the SLO
+    queue_signal: str = "waiting"
+    min_queue: float = 1.0  # queued requests (all pods) for latency to count as load
     sustained: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     violating: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     last_t: float | None = None
@@ -75,6 +83,8 @@ class CapacityEstimator:
         if ready_replicas <= 0 or latency is None or not math.isfinite(latency):
             return self  # no latency reading: this tick says nothing about capacity
         ok = latency <= self.slo_s
+        queue = signals.get(self.queue_signal)
+        queued = queue is None or not math.isfinite(queue) or queue >= self.min_queue
         sustained = dict(self.sustained)
         violating = dict(self.violating)
         for name in set(self.fallback) | set(DEFAULT_CAPACITY_SIGNALS):
@@ -83,11 +93,13 @@ class CapacityEstimator:
                 continue
             per_replica = value / ready_replicas
             threshold = self.fallback.get(name)
-            loaded = latency >= self.near_slo_fraction * self.slo_s or (
+            loaded = (queued and latency >= self.near_slo_fraction * self.slo_s) or (
                 threshold is not None and per_replica >= self.min_load_fraction * threshold
             )
             if ok and not loaded:
                 continue  # light load proves nothing about the limit
+            if not ok and not queued:
+                continue  # slow without a queue: the requests' own size, not the load
             book = sustained if ok else violating
             book[name] = (*book.get(name, ()), per_replica)[-self.window :]
         return replace(self, sustained=sustained, violating=violating, last_t=t)

@@ -85,6 +85,23 @@ def test_slo_violations_lower_the_capacity_below_the_threshold() -> None:
     assert est.capacity("generation_tokens_per_s") == pytest.approx(700.0)
 
 
+def test_latency_without_a_queue_is_not_capacity_evidence() -> None:
+    # One replica, 1500 prompt tokens/s, TTFT over the SLO but nothing waiting: long
+    # prompts, not load. Neither a violation nor a near-SLO sustained sample.
+    est = CapacityEstimator(min_samples=5)
+    for i in range(20):
+        signals = {"prompt_tokens_per_s": 1500.0, "ttft_p95_s": 0.7, "waiting": 0.0}
+        est = est.observe(float(i), 1, signals)
+        signals = {"prompt_tokens_per_s": 1200.0, "ttft_p95_s": 0.4, "waiting": 0.0}
+        est = est.observe(float(i) + 0.5, 1, signals)
+    assert est.capacity("prompt_tokens_per_s") is None
+    # the same ticks with requests queued are evidence
+    for i in range(20):
+        signals = {"prompt_tokens_per_s": 9000.0, "ttft_p95_s": 0.4, "waiting": 3.0}
+        est = est.observe(100.0 + i, 1, signals)
+    assert est.capacity("prompt_tokens_per_s") == pytest.approx(9000.0)
+
+
 def test_capacity_ignores_ticks_without_a_latency_reading() -> None:
     est = CapacityEstimator(fallback={"running": 96.0}, min_samples=1)
     after = est.observe(0.0, 2, {"running": 500.0})

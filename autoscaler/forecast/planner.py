@@ -17,6 +17,7 @@ This class holds mutable state (one frozen model per signal); it never reads the
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -144,6 +145,7 @@ class Planner:
         )
         self.last_t: float | None = None
         self._numbers: dict[str, float] = {}
+        self._pool_peaks: deque[tuple[float, int]] = deque()
 
     # -- inputs -----------------------------------------------------------------------
     def observe_pod_ready(self, t: float, duration_s: float) -> None:
@@ -290,7 +292,12 @@ class Planner:
     ) -> int:
         """Warm GPUs to hold: the peak replicas forecast within the node-provisioning
         lead time, beyond ``replicas_now`` (the caller bounds it by warmPool min/max).
-        Capacity defaults to the learned per-replica capacity."""
+        Capacity defaults to the learned per-replica capacity.
+
+        The peak is held for ``lead_time_s`` after it was forecast (grow at once, shrink
+        after the lead time), like a scale-down stabilisation window: a forecast that
+        jitters around a replica boundary would otherwise create and delete a pause pod
+        (and provision a node for it) every tick."""
         check_finite("lead_time_s", lead_time_s, minimum=0.0)
         caps = (
             per_replica_capacity
@@ -302,8 +309,13 @@ class Planner:
             need = self.needed_replicas(t, lead_time_s * i / steps, caps)
             if need is not None:
                 peak = max(peak, need)
-        size = max(0, peak - replicas_now)
+        self._pool_peaks.append((t, peak))
+        while self._pool_peaks and self._pool_peaks[0][0] < t - lead_time_s:
+            self._pool_peaks.popleft()
+        held = max(p for _, p in self._pool_peaks)
+        size = max(0, held - replicas_now)
         self._numbers["warm_pool.needed_replicas"] = float(peak)
+        self._numbers["warm_pool.held_replicas"] = float(held)
         self._numbers["warm_pool.size"] = float(size)
         return size
 

@@ -268,17 +268,31 @@ class Cluster:
         return [n for n in self.nodes if n.deleted_t is None]
 
     def _find_slot(self, now: float, pause: bool) -> tuple[Node, int, bool] | None:
-        """(node, slot, new_node) for a new pod; inference pods may take pause pods' slots."""
-        if not pause:
-            for node in self._live_nodes():
-                for i, occupant in enumerate(node.slots):
-                    if occupant is not None and occupant.pause:
-                        self._delete_pause(occupant, now)
-                        return node, i, False
-        for node in self._live_nodes():
-            for i, occupant in enumerate(node.slots):
-                if occupant is None:
+        """(node, slot, new_node) for a new pod, in the scheduler's order: a free slot on a
+        ready node, then (inference pods only) preempting a pause pod on a ready node, then
+        the node still provisioning that is ready soonest (free or pause slot), then a new
+        node. A pause pod on a node that is not up yet must not attract a pod that a ready
+        node could take."""
+        nodes = sorted(self._live_nodes(), key=lambda n: (n.ready_t > now, n.ready_t, n.nid))
+        ready = [n for n in nodes if n.ready_t <= now]
+        for node in ready if not pause else nodes:
+            for i, occ in enumerate(node.slots):
+                if occ is None:
                     return node, i, node.ready_t > now
+        if not pause:
+            for node in ready:
+                for i, occ in enumerate(node.slots):
+                    if occ is not None and occ.pause:
+                        self._delete_pause(occ, now)
+                        return node, i, False
+        if not pause:
+            for node in nodes:  # provisioning nodes, soonest first
+                for i, occ in enumerate(node.slots):
+                    if occ is None:
+                        return node, i, True
+                    if occ.pause:
+                        self._delete_pause(occ, now)
+                        return node, i, True
         cfg = self.config
         if cfg.max_nodes is not None and len(self._live_nodes()) >= cfg.max_nodes:
             return None

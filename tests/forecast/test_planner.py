@@ -108,6 +108,20 @@ def test_warm_pool_covers_forecast_demand_beyond_current_replicas() -> None:
     assert planner.numbers()["warm_pool.needed_replicas"] == 5.0
 
 
+def test_warm_pool_holds_a_forecast_peak_for_the_lead_time() -> None:
+    planner = Planner(PlannerConfig(forecaster="ewma", horizon_s=60.0))
+    caps = {"running": 8.0}
+    _feed(planner, 0.0, 300.0, 10.0, 4.0)  # 40 running: 5 replicas
+    assert planner.warm_pool_size(299.0, 120.0, replicas_now=3, per_replica_capacity=caps) == 2
+    _feed(planner, 300.0, 400.0, 2.0, 4.0)  # demand drops to 8 running: 1 replica
+    # within the lead time the pool keeps the earlier peak (no pause-pod churn)
+    assert planner.warm_pool_size(399.0, 120.0, replicas_now=3, per_replica_capacity=caps) == 2
+    assert planner.numbers()["warm_pool.needed_replicas"] < 5
+    assert planner.numbers()["warm_pool.held_replicas"] == 5
+    _feed(planner, 400.0, 500.0, 2.0, 4.0)
+    assert planner.warm_pool_size(499.0, 120.0, replicas_now=3, per_replica_capacity=caps) == 0
+
+
 def test_warm_pool_uses_learned_capacity_by_default() -> None:
     planner = Planner(
         PlannerConfig(forecaster="ewma", horizon_s=60.0, capacity_fallback={"running": 20.0})

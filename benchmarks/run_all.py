@@ -23,9 +23,14 @@ ORDER = (
     "bench_policies.py",
     "bench_sensitivity.py",
     "bench_oracle.py",
+    "bench_warmpool.py",
     "bench_reaction.py",
 )
-QUICK_FLAG = {"bench_policies.py": "--quick", "bench_oracle.py": "--quick"}
+QUICK_FLAG = {
+    "bench_policies.py": "--quick",
+    "bench_oracle.py": "--quick",
+    "bench_warmpool.py": "--quick",
+}
 
 
 def main() -> int:

@@ -1,0 +1,111 @@
+"""Warm pool: what pause pods sized from the forecast buy when scale-ups need new nodes.
+
+``ours`` with and without ``warmPool`` (min 0, max 4, lead time 300 s: about the p50-p90
+node provisioning of the default cold-start model), on the two x8 days of
+``bench_policies.py``, on nodes of 2 GPUs so that growing the fleet keeps asking for new
+nodes (provisioning 120/300 s plus an uncached image pull 120/360 s, median/p90). Pause
+pods are billed like inference pods: a reserved GPU costs the same. Same trace, seed and
+SLO for both; prints a table and writes ``benchmarks/results/warmpool.json``.
+
+    .venv/bin/python benchmarks/bench_warmpool.py [--quick] [--jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_policies import PROFILE, SEED, SLO_TTFT_S, scenarios
+
+from autoscaler.policy.schema import WarmPool
+from autoscaler.sim.cluster import ClusterConfig
+from autoscaler.sim.compare import (
+    CompareConfig,
+    initial_replicas,
+    size_static,
+)
+from autoscaler.sim.policies import ours, ours_policy
+from autoscaler.sim.replica import get_profile
+from autoscaler.sim.report import write_json
+from autoscaler.sim.simulator import simulate
+from autoscaler.sim.traces import Trace
+
+ROOT = Path(__file__).resolve().parents[1]
+GPUS_PER_NODE = 2
+POOL = WarmPool(enabled=True, min_replicas=0, max_replicas=4, lead_time_seconds=300)
+LABELS = ("diurnal day x8", "business day x8")
+
+
+def _run(args: tuple[Trace, ClusterConfig, int, bool]) -> dict[str, Any]:
+    trace, cluster, initial, pool = args
+    policy = ours_policy()
+    if pool:
+        policy = policy.model_copy(update={"warm_pool": POOL})
+    autoscaler = ours(initial, policy=policy, slo_ttft_s=SLO_TTFT_S)
+    res = simulate(trace, autoscaler, cluster, slo_ttft_s=SLO_TTFT_S, seed=SEED)
+    s = res.summary()
+    sizes = [n for _, n in autoscaler.warm_pool_history]
+    starts = sorted(x for x in res.cold_start_s if x > 0)
+    return {
+        "warm_pool": pool,
+        "gpu_hours": s["gpu_hours"],
+        "slo_attainment": s["slo_attainment"],
+        "slo_misses": s["slo_misses"],
+        "scale_events": s["scale_events"],
+        "cold_start_p50_s": s["cold_start_p50_s"],
+        "cold_start_max_s": round(starts[-1], 1) if starts else None,
+        "pool_mean": round(sum(sizes) / len(sizes), 3) if sizes else 0.0,
+        "pool_max": max(sizes) if sizes else 0,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="the --quick days of bench_policies")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "warmpool.json")
+    args = ap.parse_args()
+    cluster = ClusterConfig(profile=get_profile(PROFILE), gpus_per_node=GPUS_PER_NODE)
+    doc: dict[str, Any] = {
+        "command": "python benchmarks/bench_warmpool.py" + (" --quick" if args.quick else ""),
+        "profile": PROFILE,
+        "gpus_per_node": GPUS_PER_NODE,
+        "warm_pool": POOL.dump(),
+        "slo_ttft_s": SLO_TTFT_S,
+        "seed": SEED,
+        "scenarios": {},
+    }
+    rows = [
+        "| scenario | warm pool | GPU-h | SLO att. | misses | cold start p50 / max s "
+        "| pool mean / max |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    jobs = []
+    for label, trace, _ in scenarios(args.quick):
+        if label not in LABELS:
+            continue
+        static_n = size_static(trace, CompareConfig(cluster=cluster, slo_ttft_s=SLO_TTFT_S))
+        initial = initial_replicas(trace, static_n)
+        jobs += [(label, (trace, cluster, initial, pool)) for pool in (False, True)]
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool_ex:
+        results = list(pool_ex.map(_run, [j for _, j in jobs]))
+    for (label, _), r in zip(jobs, results, strict=True):
+        doc["scenarios"].setdefault(label, []).append(r)
+        rows.append(
+            f"| {label} | {'on' if r['warm_pool'] else 'off'} | {r['gpu_hours']:.2f} | "
+            f"{r['slo_attainment']:.4f} | {r['slo_misses']} | {r['cold_start_p50_s']} / "
+            f"{r['cold_start_max_s']} | {r['pool_mean']} / {r['pool_max']} |"
+        )
+    doc["markdown"] = "\n".join(rows)
+    print(doc["markdown"])
+    write_json(args.out, doc)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

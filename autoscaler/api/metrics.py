@@ -7,6 +7,7 @@ registry and two apps in one process never collide on metric names.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -59,6 +60,25 @@ class ControllerMetrics:
             [*target, "signal"],
             registry=r,
         )
+        self.forecast = Gauge(
+            "llm_autoscaler_forecast",
+            "Every signal the planner forecasts at now + horizon (rates included).",
+            [*target, "signal"],
+            registry=r,
+        )
+        self.forecast_horizon = Gauge(
+            "llm_autoscaler_forecast_horizon_seconds",
+            "Forecast horizon (the learned cold start, or the policy's horizonSeconds).",
+            target,
+            registry=r,
+        )
+        self.capacity_per_replica = Gauge(
+            "llm_autoscaler_capacity_per_replica",
+            "Per-replica capacity per signal: learned at the SLO, else the configured target.",
+            [*target, "signal"],
+            registry=r,
+        )
+        self._numbered: dict[tuple[str, str], set[tuple[Gauge, str]]] = {}
         self.is_leader = Gauge(
             "llm_autoscaler_is_leader",
             "1 while this instance holds the leader Lease (only the leader writes).",
@@ -97,6 +117,29 @@ class ControllerMetrics:
                 self._remove(self.forecast_value, (*labels, m.signal))
             else:
                 self.forecast_value.labels(*labels, m.signal).set(m.forecast_value)
+        self._observe_numbers(labels, decision.numbers)
+
+    def _observe_numbers(self, labels: tuple[str, str], numbers: Mapping[str, float]) -> None:
+        """Planner numbers as series; a number absent this tick drops its series."""
+        seen: set[tuple[Gauge, str]] = set()
+        for key, value in numbers.items():
+            parts = key.split(".")
+            if len(parts) == 3 and parts[0] == "forecast" and parts[2] == "predicted":
+                gauge, signal = self.forecast, parts[1]
+            elif len(parts) == 3 and parts[0] == "capacity" and parts[2] == "per_replica":
+                gauge, signal = self.capacity_per_replica, parts[1]
+            else:
+                continue
+            gauge.labels(*labels, signal).set(value)
+            seen.add((gauge, signal))
+        for gauge, signal in self._numbered.get(labels, set()) - seen:
+            self._remove(gauge, (*labels, signal))
+        self._numbered[labels] = seen
+        horizon = numbers.get("forecast_horizon_s", numbers.get("forecast.horizon_s"))
+        if horizon is None:
+            self._remove(self.forecast_horizon, labels)
+        else:
+            self.forecast_horizon.labels(*labels).set(horizon)
 
     def observe_tick(self, duration_s: float) -> None:
         self.tick_duration.observe(duration_s)
@@ -110,8 +153,15 @@ class ControllerMetrics:
     def forget(self, ref: TargetRef) -> None:
         """Drop a deleted target's gauges so dashboards do not show stale values."""
         labels = (ref.namespace, ref.name)
-        for gauge in (self.desired_replicas, self.current_replicas, self.active):
+        for gauge in (
+            self.desired_replicas,
+            self.current_replicas,
+            self.active,
+            self.forecast_horizon,
+        ):
             self._remove(gauge, labels)
+        for gauge, signal in self._numbered.pop(labels, set()):
+            self._remove(gauge, (*labels, signal))
 
     @staticmethod
     def _remove(metric: Gauge, labels: tuple[str, ...]) -> None:

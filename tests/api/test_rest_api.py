@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -289,6 +291,38 @@ async def test_metrics_expose_decisions_and_api_latency_by_route_template(
     assert "llm_autoscaler_tick_duration_seconds_count 1.0" in text
     assert 'route="/v1/targets/{namespace}/{name}",status="404"' in text
     assert "/v1/targets/llm/chat" not in text  # raw paths would explode cardinality
+
+
+async def test_metrics_expose_every_forecast_and_learned_capacity(
+    client: httpx.AsyncClient, app: FastAPI
+) -> None:
+    ref = TargetRef("llm", "chat")
+    metrics = app.state.metrics
+    numbers = {
+        "forecast_horizon_s": 113.5,
+        "forecast.arrival_rate_per_s.predicted": 12.5,
+        "forecast.prompt_tokens_per_s.predicted": 30_000.0,
+        "capacity.prompt_tokens_per_s.per_replica": 9_500.0,
+        "forecast.arrival_rate_per_s.wape.ewma": 0.1,  # model errors: not a forecast
+    }
+    metrics.observe_decision(ref, replace(_live(0), numbers=numbers))
+    text = (await client.get("/metrics")).text
+    labels = 'name="chat",namespace="llm"'
+    assert f"llm_autoscaler_forecast_horizon_seconds{{{labels}}} 113.5" in text
+    assert f'llm_autoscaler_forecast{{{labels},signal="arrival_rate_per_s"}} 12.5' in text
+    assert f'llm_autoscaler_forecast{{{labels},signal="prompt_tokens_per_s"}} 30000.0' in text
+    assert (
+        f'llm_autoscaler_capacity_per_replica{{{labels},signal="prompt_tokens_per_s"}} 9500.0'
+        in text
+    )
+    assert "wape" not in text
+    # a forecast missing on the next tick drops its series instead of keeping a stale value
+    metrics.observe_decision(ref, replace(_live(0), numbers={"forecast_horizon_s": 90.0}))
+    text = (await client.get("/metrics")).text
+    assert "llm_autoscaler_forecast{" not in text
+    assert "llm_autoscaler_capacity_per_replica{" not in text
+    metrics.forget(ref)
+    assert "llm_autoscaler_forecast_horizon_seconds{" not in (await client.get("/metrics")).text
 
 
 async def test_openapi_documents_bodies_and_if_match(client: httpx.AsyncClient) -> None:

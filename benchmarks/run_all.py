@@ -24,6 +24,7 @@ ORDER = (
     "bench_sensitivity.py",
     "bench_oracle.py",
     "bench_warmpool.py",
+    "bench_seeds.py",
     "bench_reaction.py",
 )
 QUICK_FLAG = {

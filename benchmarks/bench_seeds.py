@@ -2,7 +2,7 @@
 
 ``bench_policies.py`` runs seed 0. The business day x8 targets are decided by tenths of
 a point (99% attainment, 40% of static-peak's GPU-hours), so this runs ``static-peak``,
-``keda-seed``, ``ours`` and ``ours-capacity`` on it under several cluster seeds (cold
+``keda-seed`` and the three ``ours`` variants on it under several cluster seeds (cold
 start and node provisioning draws) and prints each seed, the mean and the range. Writes
 ``benchmarks/results/seeds.json``.
 
@@ -27,7 +27,7 @@ from autoscaler.sim.report import write_json
 from autoscaler.sim.traces import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
-POLICIES = ("static-peak", "keda-seed", "ours", "ours-capacity")
+POLICIES = ("static-peak", "keda-seed", "ours", "ours-capacity", "ours-lean")
 
 
 def _one(args: tuple[Trace, str, CompareConfig]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ ORDER = (
     "bench_oracle.py",
     "bench_warmpool.py",
     "bench_seeds.py",
+    "bench_variants.py",
     "bench_reaction.py",
 )
 QUICK_FLAG = {

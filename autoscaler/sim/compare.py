@@ -27,6 +27,7 @@ from autoscaler.sim.policies import (
     keda_seed,
     ours,
     ours_capacity_policy,
+    ours_lean_policy,
 )
 from autoscaler.sim.simulator import Autoscaler, SimResult, simulate
 from autoscaler.sim.traces import Trace
@@ -87,7 +88,9 @@ def build_policy(name: str, static_n: int, initial: int, cfg: CompareConfig) -> 
     if name == "ours":
         return ours(initial, cfg.forecaster)
     if name == "ours-capacity":
-        return ours(initial, cfg.forecaster, policy=ours_capacity_policy())
+        return ours(initial, cfg.forecaster, policy=ours_capacity_policy(), name=name)
+    if name == "ours-lean":
+        return ours(initial, cfg.forecaster, policy=ours_lean_policy(), name=name)
     raise ConfigError(f"--policy: value {name!r} must be 'all' or one of {', '.join(POLICY_NAMES)}")
 
 

@@ -95,7 +95,7 @@ def test_learned_prompt_capacity_scales_a_prefill_bound_ramp_the_queue_targets_m
     n = len(base)
     trace = from_arrays("prefill-ramp", base.arrival_s, [3000] * n, [20] * n)
     plain = ours(1)
-    learned = ours(1, policy=ours_capacity_policy())
+    learned = ours(1, policy=ours_capacity_policy(), name="ours-capacity")
     assert learned.name == "ours-capacity"
     a = simulate(trace, plain, CFG, seed=0).summary()
     b = simulate(trace, learned, CFG, seed=0).summary()

@@ -301,11 +301,6 @@ class Ours(DecideAutoscaler):
             )
             self.planner = PlannerForecaster(Planner(config), scrape)
             forecaster = self.planner
-        name = (
-            "ours-capacity"
-            if policy.prediction and policy.prediction.learned_capacity_signal
-            else "ours"
-        )
         super().__init__(name, policy, scrape, initial_replicas, forecaster)
         self.warm_pool_history: list[tuple[float, int]] = []
 

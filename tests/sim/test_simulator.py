@@ -207,6 +207,34 @@ def test_warm_pool_lets_a_scale_up_skip_node_provisioning() -> None:
     assert first_cold_start(pool=0) > first_cold_start(pool=1) + 100
 
 
+def test_a_ready_node_is_preferred_to_a_pause_pod_on_a_node_still_provisioning() -> None:
+    cfg = replace(CFG, gpus_per_node=2)
+    cluster = Cluster(cfg, np.random.default_rng(0))
+    cluster.scale_to(1, 0.0)  # node 0 (provisioning), slot 0
+    cluster.tick(2000.0)  # node 0 up, the pod ready
+    cluster.scale_to(2, 2000.0)  # fills node 0
+    cluster.reconcile_warm_pool(1, 2000.0)  # the pause pod needs a new node 1
+    pause = cluster.pause_pods[0]
+    assert pause.node.nid == 1 and pause.node.ready_t > 2000.0
+    cluster.tick(4000.0)
+    cluster.scale_to(1, 4000.0)  # frees a slot on ready node 0 (drained at once: idle)
+    cluster.tick(4001.0)
+    node1 = pause.node
+    node1.ready_t = 10_000.0  # pretend node 1 is still coming up
+    cluster.scale_to(2, 4001.0)
+    newest = max(cluster.live, key=lambda p: p.created_t)
+    assert newest.node.nid == 0  # the free slot on the ready node, not the pause slot
+    assert cluster.pause_pods == [pause]
+
+
+def test_every_policy_name_builds_a_policy_reporting_that_name() -> None:
+    from autoscaler.sim.compare import CompareConfig, build_policy
+    from autoscaler.sim.policies import POLICY_NAMES
+
+    cfg = CompareConfig(cluster=CFG)
+    assert [build_policy(n, 4, 1, cfg).name for n in POLICY_NAMES] == list(POLICY_NAMES)
+
+
 def test_scale_down_drains_in_flight_requests_instead_of_dropping_them() -> None:
     cluster = Cluster(CFG, np.random.default_rng(0))
     cluster.scale_to(2, 0.0)

@@ -23,6 +23,7 @@ ORDER = (
     "bench_policies.py",
     "bench_sensitivity.py",
     "bench_oracle.py",
+    "plot_results.py",
     "bench_warmpool.py",
     "bench_seeds.py",
     "bench_variants.py",

@@ -83,13 +83,17 @@ def _prediction_on(policy: Policy, obs: Observation) -> bool:
 
 
 def _learned_spec(policy: Policy, obs: Observation) -> MetricSpec | None:
-    """The opt-in learned-capacity metric, when the planner has learned its capacity."""
+    """The opt-in learned-capacity metric, when the planner has learned its capacity
+    and this tick has a reading of its signal (otherwise there is no such metric)."""
     if not _prediction_on(policy, obs):
         return None
     assert policy.prediction is not None and obs.forecast is not None
     name = policy.prediction.learned_capacity_signal
-    cap = obs.forecast.capacity_per_replica.get(name) if name is not None else None
-    if name is None or cap is None or not cap > 0 or not math.isfinite(cap):
+    value = obs.signals.get(name) if name is not None else None
+    if name is None or value is None or math.isnan(value):
+        return None
+    cap = obs.forecast.capacity_per_replica.get(name)
+    if cap is None or not cap > 0 or not math.isfinite(cap):
         return None
     target = cap * policy.prediction.learned_capacity_headroom
     return MetricSpec(signal=name, type="AverageValue", target=target)
@@ -108,7 +112,7 @@ def _recommend(
     tolerated = False
     learned = _learned_spec(policy, obs)
     specs = [(spec, False) for spec in policy.metrics]
-    if learned is not None and obs.signals.get(learned.signal) is not None:
+    if learned is not None:
         specs.append((learned, True))
     for spec, is_learned in specs:
         value = obs.signals.get(spec.signal)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -555,6 +556,12 @@ def test_learned_capacity_without_its_reading_is_skipped_not_zero() -> None:
     decision, _ = decide(load_policy(LEARNED), obs, DecisionState(), 0)
     assert not any(m.learned for m in decision.metrics)
     assert decision.desired_replicas == 3
+    nan = learned_obs(
+        3, {"waiting": 12, "prompt_tokens_per_s": math.nan}, {"prompt_tokens_per_s": 10_000}, 0
+    )
+    decision, state = decide(load_policy(LEARNED), nan, DecisionState(), 0)
+    assert [m.signal for m in decision.metrics] == ["waiting"]
+    assert state.consecutive_failures == 0
 
 
 def test_prediction_disabled_ignores_forecast_and_learned_capacity() -> None:

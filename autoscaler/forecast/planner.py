@@ -253,18 +253,20 @@ class Planner:
         signals = self.predict(t, horizon)
         driver = self._driver()
         model = self.models[driver].name if driver is not None else "none"
-        self._numbers = self._report(t, horizon, signals)
+        caps = self.capacity.capacities()  # quantiles over the evidence: once per tick
+        self._numbers = self._report(t, horizon, signals, caps)
         return Forecast(
             horizon_s=horizon,
             signals=MappingProxyType(signals),
             model=model,
-            capacity_per_replica=MappingProxyType(self.learned_capacities()),
+            capacity_per_replica=MappingProxyType(self.learned_capacities(caps)),
         )
 
-    def learned_capacities(self) -> dict[str, float]:
+    def learned_capacities(self, caps: Mapping[str, float] | None = None) -> dict[str, float]:
         """Per-replica capacities learned from evidence at the SLO (configured targets,
-        which the estimator falls back to, are left out: the policy already has them)."""
-        caps = self.capacity.capacities()
+        which the estimator falls back to, are left out: the policy already has them).
+        ``caps``: the estimator's capacities when the caller already computed them."""
+        caps = self.capacity.capacities() if caps is None else caps
         return {n: c for n, c in caps.items() if self.capacity.learned(n)}
 
     def needed_replicas(
@@ -324,7 +326,11 @@ class Planner:
         return MappingProxyType(dict(self._numbers))
 
     def _report(
-        self, t: float, horizon_s: float, predicted: Mapping[str, float]
+        self,
+        t: float,
+        horizon_s: float,
+        predicted: Mapping[str, float],
+        caps: Mapping[str, float],
     ) -> dict[str, float]:
         n: dict[str, float] = {
             "forecast.horizon_s": horizon_s,
@@ -345,7 +351,7 @@ class Planner:
                 n[f"forecast.{name}.now"] = level
         for name, value in predicted.items():
             n[f"forecast.{name}.predicted"] = value
-        for name, cap in self.capacity.capacities().items():
+        for name, cap in caps.items():
             n[f"capacity.{name}.per_replica"] = cap
             n[f"capacity.{name}.learned"] = float(self.capacity.learned(name))
         return n

@@ -280,19 +280,15 @@ class Cluster:
                 if occ is None:
                     return node, i, node.ready_t > now
         if not pause:
-            for node in ready:
+            # ready nodes have no free slot left: preempt there, then provisioning nodes
+            # (soonest first), where a free slot and a pause pod's slot are alike
+            for node in nodes:
+                up = node.ready_t <= now
                 for i, occ in enumerate(node.slots):
-                    if occ is not None and occ.pause:
-                        self._delete_pause(occ, now)
-                        return node, i, False
-        if not pause:
-            for node in nodes:  # provisioning nodes, soonest first
-                for i, occ in enumerate(node.slots):
-                    if occ is None:
-                        return node, i, True
-                    if occ.pause:
-                        self._delete_pause(occ, now)
-                        return node, i, True
+                    if occ is None or occ.pause:
+                        if occ is not None:
+                            self._delete_pause(occ, now)
+                        return node, i, not up
         cfg = self.config
         if cfg.max_nodes is not None and len(self._live_nodes()) >= cfg.max_nodes:
             return None

@@ -33,7 +33,7 @@ from bench_policies import PROFILE, SEED, SLO_TTFT_S, scenarios
 from autoscaler.sim.cluster import ClusterConfig
 from autoscaler.sim.oracle import frontier, min_gpu_hours, min_misses, window_misses
 from autoscaler.sim.replica import get_profile
-from autoscaler.sim.report import write_json
+from autoscaler.sim.report import publish
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOW_S = 60.0
@@ -155,9 +155,7 @@ def main() -> int:
                 file=sys.stderr,
             )
     doc["markdown"] = "\n".join(rows)
-    print(doc["markdown"])
-    write_json(args.out, doc)
-    print(f"wrote {args.out}", file=sys.stderr)
+    publish(args.out, doc)
     return 0
 
 

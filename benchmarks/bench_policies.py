@@ -87,7 +87,7 @@ def scenarios(quick: bool) -> list[tuple[str, Trace, str]]:
     return out
 
 
-def _one(args: tuple[Trace, str, CompareConfig]) -> dict[str, Any]:
+def run_one(args: tuple[Trace, str, CompareConfig]) -> dict[str, Any]:
     trace, name, cfg = args
     results, _ = run_policies(trace, [name], cfg)
     return results[0].summary()
@@ -105,7 +105,7 @@ def run_scenario(
         static_replicas=static_n,
         forecaster=cfg.forecaster,
     )
-    summaries = list(pool.map(_one, [(trace, n, fixed) for n in names]))
+    summaries = list(pool.map(run_one, [(trace, n, fixed) for n in names]))
     return summaries, static_n
 
 

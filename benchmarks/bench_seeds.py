@@ -18,23 +18,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_policies import PROFILE, SLO_TTFT_S, scenarios
+from bench_policies import PROFILE, SLO_TTFT_S, run_one, scenarios
 
 from autoscaler.sim.cluster import ClusterConfig
-from autoscaler.sim.compare import CompareConfig, run_policies, size_static
+from autoscaler.sim.compare import CompareConfig, size_static
 from autoscaler.sim.replica import get_profile
-from autoscaler.sim.report import write_json
-from autoscaler.sim.traces import Trace
+from autoscaler.sim.report import publish
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ("static-peak", "keda-seed", "ours", "ours-capacity", "ours-lean")
-
-
-def _one(args: tuple[Trace, str, CompareConfig]) -> dict[str, Any]:
-    trace, name, cfg = args
-    results, _ = run_policies(trace, [name], cfg)
-    s = results[0].summary()
-    return {"policy": name, "seed": cfg.seed, **{k: s[k] for k in ("gpu_hours", "slo_attainment")}}
 
 
 def main() -> int:
@@ -54,7 +46,16 @@ def main() -> int:
         for name in POLICIES
     ]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        runs = list(pool.map(_one, jobs))
+        summaries = list(pool.map(run_one, jobs))
+    runs = [
+        {
+            "policy": name,
+            "seed": cfg.seed,
+            "gpu_hours": s["gpu_hours"],
+            "slo_attainment": s["slo_attainment"],
+        }
+        for (_, name, cfg), s in zip(jobs, summaries, strict=True)
+    ]
     static = {r["seed"]: r["gpu_hours"] for r in runs if r["policy"] == "static-peak"}
     rows = [
         f"{args.scenario}, static-peak = {static_n}, seeds {args.seeds}",
@@ -79,9 +80,7 @@ def main() -> int:
             f"{sum(f) / len(f):.3f} ({min(f):.3f}-{max(f):.3f}) | "
             f"{sum(a) / len(a):.4f} ({min(a):.4f}-{max(a):.4f}) |"
         )
-    markdown = "\n".join(rows)
-    print(markdown)
-    write_json(
+    publish(
         args.out,
         {
             "command": "python benchmarks/bench_seeds.py --seeds " + args.seeds,
@@ -89,10 +88,9 @@ def main() -> int:
             "static_peak_replicas": static_n,
             "runs": runs,
             "summary": summary,
-            "markdown": markdown,
+            "markdown": "\n".join(rows),
         },
     )
-    print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 

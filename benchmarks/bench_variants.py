@@ -27,7 +27,7 @@ from autoscaler.sim.cluster import ClusterConfig
 from autoscaler.sim.compare import initial_replicas
 from autoscaler.sim.policies import ours, ours_capacity_policy, ours_lean_policy, ours_policy
 from autoscaler.sim.replica import get_profile
-from autoscaler.sim.report import write_json
+from autoscaler.sim.report import publish
 from autoscaler.sim.simulator import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,18 +123,15 @@ def main() -> int:
             f"| {v} | {b['gpu_hours']:.2f} ({b['vs_static']:.3f}) | {b['slo_attainment']:.4f} "
             f"| {c['gpu_hours']:.2f} | {c['slo_attainment']:.4f} |"
         )
-    markdown = "\n".join(rows)
-    print(markdown)
-    write_json(
+    publish(
         args.out,
         {
             "command": "python benchmarks/bench_variants.py",
             "seed": SEED,
             "runs": runs,
-            "markdown": markdown,
+            "markdown": "\n".join(rows),
         },
     )
-    print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 

@@ -32,7 +32,7 @@ from autoscaler.sim.compare import (
 )
 from autoscaler.sim.policies import ours, ours_policy
 from autoscaler.sim.replica import get_profile
-from autoscaler.sim.report import write_json
+from autoscaler.sim.report import publish
 from autoscaler.sim.simulator import simulate
 from autoscaler.sim.traces import Trace
 
@@ -120,9 +120,7 @@ def main() -> int:
             m = sum(r["slo_misses"] for r in rs) / len(rs)
             rows.append(f"| {label} | {'on' if pool else 'off'} | {g:.2f} | {a:.4f} | {m:.0f} |")
     doc["markdown"] = "\n".join(rows)
-    print(doc["markdown"])
-    write_json(args.out, doc)
-    print(f"wrote {args.out}", file=sys.stderr)
+    publish(args.out, doc)
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,13 @@ def markdown_table(summaries: Sequence[dict[str, Any]]) -> str:
 def write_json(path: Path, document: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+
+
+def publish(path: Path, document: dict[str, Any]) -> None:
+    """A benchmark's ending: its markdown table to stdout, the document to ``path``."""
+    print(document["markdown"])
+    write_json(path, document)
+    print(f"wrote {path}", file=sys.stderr)
 
 
 def _ttft_p99_by_bin(r: SimResult, bin_s: float, nbins: int) -> np.ndarray:

@@ -27,7 +27,7 @@ import numpy as np
 from autoscaler.forecast.auto import Auto
 from autoscaler.forecast.models import Ewma, Forecaster, Holt, Seasonal
 
-TRACES = Path("/work/shared/traces")
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 RESULTS = Path(__file__).parent / "results" / "forecast.json"
 HORIZONS_S = (60.0, 180.0, 600.0)
 BIN_S = 5.0

@@ -31,7 +31,7 @@ from autoscaler.sim.report import markdown_table, print_table, write_json
 from autoscaler.sim.traces import Trace, diurnal_day, load_trace, scale_rate
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT / ".." / "shared" / "traces"
+TRACES = ROOT / "data" / "traces"
 PROFILE = "8b-h100"
 SLO_TTFT_S = 0.5
 SEED = 0

@@ -14,12 +14,20 @@ import json
 import resource
 import sys
 import time
+from pathlib import Path
 
 from autoscaler.emulator.fleet import EmulatorFleet
 from autoscaler.emulator.loadgen import LoadGenerator
 from autoscaler.errors import ConfigError
 from autoscaler.sim.replica import PROFILES
 from autoscaler.sim.traces import load_trace
+
+
+# The repository's copy of the Azure conv trace (data/traces/, CC BY 4.0): found from the
+# package's location so the default works from any working directory of a checkout.
+DEFAULT_TRACE = (
+    Path(__file__).resolve().parents[2] / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv.gz"
+)
 
 
 def _cpu_s() -> float:
@@ -74,18 +82,46 @@ async def _replay(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m autoscaler.emulator", description=__doc__)
-    p.add_argument("mode", choices=["serve", "replay"])
-    p.add_argument("--replicas", type=int, default=2)
-    p.add_argument("--port", type=int, default=0, help="first port (0: ephemeral)")
-    p.add_argument("--profile", default="8b-h100", choices=sorted(PROFILES))
-    p.add_argument("--cold-start", type=float, default=0.0, help="emulated seconds")
-    p.add_argument("--speed", type=float, default=1.0, help="emulated time / real time")
-    p.add_argument("--duration", type=float, default=600.0, help="real seconds, at most")
-    p.add_argument("--trace", default="../shared/traces/AzureLLMInferenceTrace_conv.csv.gz")
-    p.add_argument("--window", default="1800:1860", help="trace seconds START:END")
-    p.add_argument("--balance", default="least-outstanding")
-    p.add_argument("--max-requests", type=int, default=10_000)
+    p = argparse.ArgumentParser(
+        prog="python -m autoscaler.emulator",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("mode", choices=["serve", "replay"], help="serve replicas, or replay a trace")
+    p.add_argument("--replicas", type=int, default=2, help="emulated replicas (default: 2)")
+    p.add_argument("--port", type=int, default=0, help="first port (default 0: ephemeral)")
+    p.add_argument(
+        "--profile",
+        default="8b-h100",
+        choices=sorted(PROFILES),
+        help="replica model profile (default: 8b-h100)",
+    )
+    p.add_argument(
+        "--cold-start", type=float, default=0.0, help="emulated seconds before /health (default: 0)"
+    )
+    p.add_argument(
+        "--speed", type=float, default=1.0, help="emulated time / real time (default: 1)"
+    )
+    p.add_argument(
+        "--duration", type=float, default=600.0, help="real seconds, at most (default: 600)"
+    )
+    p.add_argument(
+        "--trace",
+        default=str(DEFAULT_TRACE),
+        help="Azure CSV(.gz) or JSONL trace for replay "
+        "(default: the repository's data/traces/AzureLLMInferenceTrace_conv.csv.gz)",
+    )
+    p.add_argument(
+        "--window", default="1800:1860", help="trace seconds START:END (default: 1800:1860)"
+    )
+    p.add_argument(
+        "--balance",
+        default="least-outstanding",
+        help="load balancing: least-outstanding or round-robin (default: least-outstanding)",
+    )
+    p.add_argument(
+        "--max-requests", type=int, default=10_000, help="requests sent, at most (default: 10000)"
+    )
     args = p.parse_args(argv)
     try:
         return asyncio.run(_serve(args) if args.mode == "serve" else _replay(args))

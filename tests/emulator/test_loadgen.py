@@ -11,7 +11,7 @@ from autoscaler.emulator.loadgen import LoadGenerator, LoadReport, check_loopbac
 from autoscaler.errors import ConfigError
 from autoscaler.sim.traces import from_arrays, load_trace, speed_up
 
-SHARED_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 
 
 def assert_conserved(report: LoadReport, scheduled: int) -> None:
@@ -95,7 +95,7 @@ def test_refuses_non_loopback_targets() -> None:
 
 
 async def test_replays_a_window_of_the_shared_azure_trace(fleet: EmulatorFleet) -> None:
-    trace = load_trace(SHARED_TRACES / "AzureLLMInferenceTrace_code.csv.gz")
+    trace = load_trace(TRACES / "AzureLLMInferenceTrace_code.csv.gz")
     window = speed_up(trace.window(0.0, 20.0), 20.0)  # 20 s of traffic in 1 s
     assert len(window) > 5
     a = await fleet.start_replica("a")

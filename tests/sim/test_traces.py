@@ -19,7 +19,7 @@ from autoscaler.sim.traces import (
     speed_up,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 CSV = (
     "TIMESTAMP,ContextTokens,GeneratedTokens\n"
     "2023-11-16 18:15:46.6805900,374,44\n"
@@ -104,6 +104,6 @@ def test_from_arrays_rejects_negative_arrival() -> None:
 
 
 def test_shared_conv_trace_loads_whole() -> None:
-    t = load_trace(SHARED / "AzureLLMInferenceTrace_conv.csv.gz")
+    t = load_trace(TRACES / "AzureLLMInferenceTrace_conv.csv.gz")
     assert len(t) == 19_366
     assert t.duration_s == pytest.approx(3501.7, abs=0.1)

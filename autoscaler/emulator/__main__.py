@@ -22,7 +22,6 @@ from autoscaler.errors import ConfigError
 from autoscaler.sim.replica import PROFILES
 from autoscaler.sim.traces import load_trace
 
-
 # The repository's copy of the Azure conv trace (data/traces/, CC BY 4.0): found from the
 # package's location so the default works from any working directory of a checkout.
 DEFAULT_TRACE = (

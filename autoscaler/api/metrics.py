@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from autoscaler.domain import Decision, TargetRef
+from autoscaler.metrics.signals import REJECT_REASONS
 
 _TICK_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _API_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -87,6 +88,13 @@ class ControllerMetrics:
         self.scrape_errors = Counter(
             "llm_autoscaler_scrape_errors", "Failed metric reads per target.", target, registry=r
         )
+        self.rejected_values = Counter(
+            "llm_autoscaler_rejected_values",
+            "Pods (or Prometheus answers) left unread because a value was out of range, "
+            "by reason: not-finite, negative, above-one.",
+            [*target, "reason"],
+            registry=r,
+        )
         self.tick_duration = Histogram(
             "llm_autoscaler_tick_duration_seconds",
             "Duration of one control-loop tick over all targets.",
@@ -147,6 +155,11 @@ class ControllerMetrics:
     def observe_scrape_error(self, ref: TargetRef) -> None:
         self.scrape_errors.labels(ref.namespace, ref.name).inc()
 
+    def observe_rejected(self, ref: TargetRef, reason: str, count: int) -> None:
+        if reason not in REJECT_REASONS:  # closed label set, whatever a source reports
+            reason = "other"
+        self.rejected_values.labels(ref.namespace, ref.name, reason).inc(count)
+
     def observe_request(self, method: str, route: str, status: int, duration_s: float) -> None:
         self.api_request_duration.labels(method, route, str(status)).observe(duration_s)
 
@@ -162,6 +175,9 @@ class ControllerMetrics:
             self._remove(gauge, labels)
         for gauge, signal in self._numbered.pop(labels, set()):
             self._remove(gauge, (*labels, signal))
+        for reason in (*REJECT_REASONS, "other"):
+            with contextlib.suppress(KeyError):
+                self.rejected_values.remove(*labels, reason)
 
     @staticmethod
     def _remove(metric: Gauge, labels: tuple[str, ...]) -> None:

@@ -144,6 +144,9 @@ class ControlLoop:
             reading = SignalReading(signals={}, pods_read=0, errors=(str(err),))
         if reading.errors and self.observer is not None:
             self.observer.observe_scrape_error(spec.ref)
+        if self.observer is not None:
+            for reason, count in reading.rejected.items():
+                self.observer.observe_rejected(spec.ref, reason, count)
         return reading
 
     async def reconcile(self, ref: TargetRef) -> Decision | None:
@@ -179,6 +182,9 @@ class ControlLoop:
             await self._size_warm_pool(st, planner, now, decision)
         if planner is not None:
             decision = replace(decision, numbers={**planner.numbers(), **decision.numbers})
+        if reading.rejected:  # why pods were left unread: out-of-range values, by reason
+            rejected = {f"pods_rejected.{r}": float(n) for r, n in reading.rejected.items()}
+            decision = replace(decision, numbers={**decision.numbers, **rejected})
         try:  # every tick: the recorder decides what is worth an Event or a status write
             await self.cluster.record(spec, decision, applied)
         except AutoscalerError as err:

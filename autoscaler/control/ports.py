@@ -34,6 +34,7 @@ class SignalReading:
     signals: Mapping[str, float] = field(default_factory=dict)
     pods_read: int | None = None
     errors: tuple[str, ...] = ()
+    rejected: Mapping[str, int] = field(default_factory=dict)  # out-of-range pods by reason
 
 
 class ClusterPort(Protocol):
@@ -79,6 +80,10 @@ class DecisionObserver(Protocol):
     def observe_tick(self, duration_s: float) -> None: ...
 
     def observe_scrape_error(self, ref: TargetRef) -> None: ...
+
+    def observe_rejected(self, ref: TargetRef, reason: str, count: int) -> None:
+        """Pods (or answers) whose values were out of range, by closed-set reason."""
+        ...
 
 
 class AlwaysLeader:

@@ -16,7 +16,10 @@ class SourceSignals:
     async def read(self, spec: TargetSpec, view: TargetView, now: float) -> SignalReading:
         reading = await self.source.read(str(spec.ref), view.pods, now)
         return SignalReading(
-            signals=dict(reading.signals), pods_read=reading.pods_read, errors=reading.errors
+            signals=dict(reading.signals),
+            pods_read=reading.pods_read,
+            errors=reading.errors,
+            rejected=dict(reading.rejected),
         )
 
     async def close(self) -> None:

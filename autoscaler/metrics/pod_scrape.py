@@ -5,7 +5,9 @@ so a 1 s tick reuses connections instead of opening one per pod. A global semaph
 bounds scrapes in flight across targets, each pod has its own timeout, and per-pod
 histories (for rates and windowed quantiles) live here, keyed by target and pod name.
 A pod whose scrape fails, times out, returns non-200 or an invalid page is unknown this
-tick (not counted in ``pods_read``); a pod not read successfully for ``stale_after_s``
+tick (not counted in ``pods_read``), and so is a pod whose page holds a value out of
+range (``+Inf``, NaN, a negative count; see `signals.snapshot_violation`), counted by
+reason in ``rejected``; a pod not read successfully for ``stale_after_s``
 loses its history, so a restarted pod never produces a rate across the gap.
 """
 
@@ -20,7 +22,14 @@ import yarl
 
 from autoscaler.errors import AutoscalerError
 from autoscaler.metrics.engines import EngineSnapshot, read_snapshot
-from autoscaler.metrics.signals import DEFAULT_WINDOW_S, PodHistory, aggregate, observe
+from autoscaler.metrics.signals import (
+    DEFAULT_WINDOW_S,
+    PodHistory,
+    aggregate,
+    observe,
+    snapshot_violation,
+    split_valid,
+)
 from autoscaler.metrics.source import PodEndpoint, TargetReading
 
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
@@ -123,9 +132,15 @@ class PodScrapeSource:
         results = await asyncio.gather(*(self._scrape(p, histories.get(p.name)) for p in pods))
         read: list[PodHistory] = []
         errors: list[str] = []
+        rejected: dict[str, int] = {}
         for pod, result in zip(pods, results, strict=True):
             if isinstance(result, str):
                 errors.append(result)
+                continue
+            violation = snapshot_violation(result)
+            if violation is not None:  # unread: its history keeps the last valid scrape
+                errors.append(f"{pod.name}: rejected {violation}")
+                rejected[violation.reason] = rejected.get(violation.reason, 0) + 1
                 continue
             previous = histories.get(pod.name)
             if previous is not None and now - previous.t > self.config.stale_after_s:
@@ -137,12 +152,17 @@ class PodScrapeSource:
         for name in [n for n, h in histories.items() if n not in live]:
             if now - histories[name].t > self.config.stale_after_s:
                 del histories[name]
+        signals, bad = split_valid(aggregate(read))
+        for v in bad:  # computed out of range from valid pages (e.g. negative bucket bounds)
+            errors.append(f"signal rejected {v}")
+            rejected[v.reason] = rejected.get(v.reason, 0) + 1
         return TargetReading(
             t=now,
-            signals=aggregate(read),
-            pods_read=len(read),
+            signals=signals,
+            pods_read=len(read) if not bad else 0,
             pods_expected=len(pods),
             errors=tuple(errors),
+            rejected=rejected,
         )
 
     def _snapshot(self, page: str, previous: PodHistory | None) -> EngineSnapshot:

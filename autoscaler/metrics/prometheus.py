@@ -7,8 +7,10 @@ and a query without ``$selector`` is sent as written, so queries copied from a K
 ScaledObject work unchanged, e.g. ``sum(vllm:num_requests_waiting{deployment="x"})``.
 
 An empty result or NaN leaves the signal absent (missing data, never 0); a failed query
-is reported in ``errors``. Prometheus reads the target as a whole, so ``pods_read`` is the
-number of pods given when at least one query answered, else 0.
+is reported in ``errors``; an answer out of range (``+Inf``, a negative count) is dropped,
+counted in ``rejected`` and makes the target unread this tick (``pods_read`` 0).
+Prometheus reads the target as a whole, so ``pods_read`` is the number of pods given
+when at least one query answered, else 0.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Final
 
 from prometheus_api_client import PrometheusConnect
 
+from autoscaler.metrics.signals import split_valid
 from autoscaler.metrics.source import PodEndpoint, TargetReading
 
 
@@ -100,15 +103,22 @@ class PrometheusSource:
         results = await asyncio.gather(
             *(self._one(sig, render(tpl, selector)) for sig, tpl in self.queries.items())
         )
-        signals = {sig: v for sig, v, _ in results if v is not None}
-        errors = tuple(e for _, _, e in results if e is not None)
+        signals, bad = split_valid({sig: v for sig, v, _ in results if v is not None})
+        errors = [e for _, _, e in results if e is not None]
         answered = len(errors) < len(results)
+        rejected: dict[str, int] = {}
+        for v in bad:
+            errors.append(f"rejected {v}")
+            rejected[v.reason] = rejected.get(v.reason, 0) + 1
+        # An answer out of range means some pod reported one: which pod Prometheus does
+        # not say, so the whole target counts as unread (scale up allowed, never down).
         return TargetReading(
             t=now,
             signals=signals,
-            pods_read=len(pods) if answered else 0,
+            pods_read=len(pods) if answered and not bad else 0,
             pods_expected=len(pods),
-            errors=errors,
+            errors=tuple(errors),
+            rejected=rejected,
         )
 
     async def close(self) -> None:

@@ -12,6 +12,12 @@ match what users see in Grafana:
   quantiles computed over the merged bucket increases.
 Anything that cannot be computed (one scrape only, no observation in the window, no pod
 reporting the metric) is absent from the result, never 0.
+
+This module is also the one boundary where numbers enter: `snapshot_violation` checks a
+pod's page values and `signal_violation` a canonical signal (finite; counts, rates and
+latencies >= 0; fractions within [0, 1]). A pod that violates counts as unread (it can
+hold or scale a target up, never down), and the violation's reason is one of
+`REJECT_REASONS` (a closed set: it labels a metric).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from autoscaler.domain import FRACTION_SIGNALS
 from autoscaler.metrics.engines import EngineSnapshot
 from autoscaler.metrics.exposition import HistogramData
 
@@ -36,6 +43,87 @@ RATES: tuple[tuple[str, str], ...] = (
     ("generation_tokens_per_s", "generation_tokens"),
     ("preemptions_per_s", "preemptions"),
 )
+
+
+NOT_FINITE = "not-finite"
+NEGATIVE = "negative"
+ABOVE_ONE = "above-one"
+REJECT_REASONS: tuple[str, ...] = (NOT_FINITE, NEGATIVE, ABOVE_ONE)
+_SNAPSHOT_FRACTIONS = frozenset({"kv_cache_usage"})
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A number outside its range: which one, its value and the rule it breaks."""
+
+    name: str
+    value: float
+    reason: str  # one of REJECT_REASONS
+
+    def __str__(self) -> str:
+        rule = {NOT_FINITE: "must be finite", NEGATIVE: "must be >= 0", ABOVE_ONE: "must be <= 1"}
+        return f"{self.name}={self.value!r}: {rule[self.reason]} ({self.reason})"
+
+
+def _violation(name: str, value: float, fraction: bool) -> Violation | None:
+    if not math.isfinite(value):
+        return Violation(name, value, NOT_FINITE)
+    if value < 0:
+        return Violation(name, value, NEGATIVE)
+    if fraction and value > 1:
+        return Violation(name, value, ABOVE_ONE)
+    return None
+
+
+def signal_violation(name: str, value: float) -> Violation | None:
+    """A canonical signal's range: finite, >= 0, and <= 1 for fractions."""
+    return _violation(name, value, name in FRACTION_SIGNALS)
+
+
+def _histogram_violation(key: str, hist: HistogramData) -> Violation | None:
+    for bound, count in zip(hist.bounds, hist.counts, strict=True):
+        if math.isnan(bound) or bound == -math.inf:
+            return Violation(f"{key}_bucket.le", bound, NOT_FINITE)
+        if bound < 0:
+            return Violation(f"{key}_bucket.le", bound, NEGATIVE)  # latencies are >= 0
+        v = _violation(f"{key}_bucket{{le={bound:g}}}", count, fraction=False)
+        if v is not None:
+            return v
+    for part, value in (("count", hist.count), ("sum", hist.sum)):
+        if value is not None and (v := _violation(f"{key}_{part}", value, False)) is not None:
+            return v
+    return None
+
+
+def snapshot_violation(snapshot: EngineSnapshot) -> Violation | None:
+    """The first value of a pod's page outside its range, or None when all are valid.
+
+    Gauges are counts (>= 0) or usage fractions (within [0, 1]); counters and bucket
+    counts are >= 0; every value is finite.
+    """
+    for key, value in snapshot.gauges.items():
+        if (v := _violation(key, value, key in _SNAPSHOT_FRACTIONS)) is not None:
+            return v
+    for key, value in snapshot.counters.items():
+        if (v := _violation(key, value, fraction=False)) is not None:
+            return v
+    for key, hist in snapshot.histograms.items():
+        if (v := _histogram_violation(key, hist)) is not None:
+            return v
+    return None
+
+
+def split_valid(signals: Mapping[str, float]) -> tuple[dict[str, float], list[Violation]]:
+    """The signals within range, and the violations of the others (dropped)."""
+    valid: dict[str, float] = {}
+    bad: list[Violation] = []
+    for name, value in signals.items():
+        v = signal_violation(name, value)
+        if v is None:
+            valid[name] = value
+        else:
+            bad.append(v)
+    return valid, bad
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +272,11 @@ def merge_buckets(parts: Iterable[Mapping[float, float]]) -> dict[float, float]:
 
 
 def aggregate(histories: Sequence[PodHistory]) -> dict[str, float]:
-    """Canonical target signals from the pods read this tick (see module docstring)."""
+    """Canonical target signals from the pods read this tick (see module docstring).
+
+    Inputs were checked by `snapshot_violation`; the result is checked again with
+    `split_valid` by the caller (a histogram's bounds could still place a quantile
+    anywhere), so nothing out of range leaves a source."""
     out: dict[str, float] = {}
     snaps = [h.snapshot for h in histories]
     for key in ("waiting", "running"):

@@ -8,7 +8,9 @@
 scrape source reads them; the Prometheus source, which reads the target as a whole,
 uses only their count); ``now`` is the caller's clock in seconds. A source never raises
 for one failed pod: the pod is left out of ``pods_read`` and named in ``errors``. A
-signal no pod reported is absent from ``signals`` (missing data), never 0.
+signal no pod reported is absent from ``signals`` (missing data), never 0. A pod (or,
+for Prometheus, an answer) holding a value out of range is not read: ``rejected`` counts
+those by reason (`signals.REJECT_REASONS`), so they show in decisions and metrics.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class TargetReading:
     pods_read: int = 0
     pods_expected: int = 0
     errors: tuple[str, ...] = ()
+    rejected: Mapping[str, int] = field(default_factory=dict)  # reason -> pods (or answers)
 
     @property
     def complete(self) -> bool:

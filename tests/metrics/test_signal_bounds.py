@@ -1,0 +1,77 @@
+"""The range check where numbers enter: every value finite, counts >= 0, fractions <= 1."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autoscaler.metrics.engines import EngineSnapshot
+from autoscaler.metrics.exposition import HistogramData
+from autoscaler.metrics.signals import (
+    REJECT_REASONS,
+    signal_violation,
+    snapshot_violation,
+    split_valid,
+)
+
+INF = math.inf
+
+
+def test_a_healthy_snapshot_has_no_violation() -> None:
+    snap = EngineSnapshot(
+        "vllm",
+        {"waiting": 0.0, "running": 3.0, "kv_cache_usage": 1.0},
+        {"requests": 10.0},
+        {"ttft": HistogramData((0.1, INF), (1.0, 2.0), 2.0, 0.3)},
+    )
+    assert snapshot_violation(snap) is None
+
+
+@pytest.mark.parametrize(
+    ("snap", "name", "reason"),
+    [
+        (EngineSnapshot("vllm", {"waiting": INF}), "waiting", "not-finite"),
+        (EngineSnapshot("vllm", {"running": math.nan}), "running", "not-finite"),
+        (EngineSnapshot("vllm", {"waiting": -1e9}), "waiting", "negative"),
+        (EngineSnapshot("vllm", {"kv_cache_usage": 1.5}), "kv_cache_usage", "above-one"),
+        (EngineSnapshot("vllm", counters={"prompt_tokens": -INF}), "prompt_tokens", "not-finite"),
+        (
+            EngineSnapshot("vllm", histograms={"ttft": HistogramData((0.1, INF), (1.0, -2.0))}),
+            "ttft_bucket{le=inf}",
+            "negative",
+        ),
+        (
+            EngineSnapshot("vllm", histograms={"ttft": HistogramData((-1.0, INF), (1.0, 2.0))}),
+            "ttft_bucket.le",
+            "negative",
+        ),
+        (
+            EngineSnapshot("vllm", histograms={"ttft": HistogramData((0.1, INF), (1, 2), 2, INF)}),
+            "ttft_sum",
+            "not-finite",
+        ),
+    ],
+)
+def test_each_out_of_range_page_value_is_named_with_its_reason(
+    snap: EngineSnapshot, name: str, reason: str
+) -> None:
+    v = snapshot_violation(snap)
+    assert v is not None and v.name == name and v.reason == reason
+    assert reason in REJECT_REASONS and name in str(v)
+
+
+def test_signal_ranges_follow_the_signal_kind() -> None:
+    assert signal_violation("kv_cache_usage_max", 1.01) is not None
+    assert signal_violation("waiting", 1e6) is None  # counts have no upper bound
+    assert signal_violation("ttft_p95_s", -0.1) is not None
+    assert signal_violation("arrival_rate_per_s", INF) is not None
+
+
+def test_split_valid_drops_only_the_signals_out_of_range() -> None:
+    valid, bad = split_valid({"waiting": 3.0, "running": -1.0, "kv_cache_usage": math.nan})
+    assert valid == {"waiting": 3.0}
+    assert sorted((v.name, v.reason) for v in bad) == [
+        ("kv_cache_usage", "not-finite"),
+        ("running", "negative"),
+    ]

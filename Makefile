@@ -28,7 +28,7 @@ lint: install
 	$(BIN)/lint-imports
 
 unit: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -rs
 
 test: install system-deps lint unit
 

@@ -114,7 +114,7 @@ def _count_messages(messages: Any) -> int:
 
 
 class EmulatedReplica:
-    """One emulated vLLM server on 127.0.0.1 (a handle with ``.url`` and ``.port``)."""
+    """One emulated vLLM server on loopback (a handle with ``.url`` and ``.port``)."""
 
     def __init__(self, name: str, config: ReplicaConfig, clock: EmuClock) -> None:
         self.name = name
@@ -130,6 +130,7 @@ class EmulatedReplica:
         self.started_emu = clock.now()
         self.draining = False
         self.port = 0
+        self.host = "127.0.0.1"
         self._runner: web.AppRunner | None = None
         self._handlers = 0
         self._no_handlers = asyncio.Event()
@@ -139,7 +140,7 @@ class EmulatedReplica:
     # ------------------------------------------------------------------ lifecycle
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def ready(self) -> bool:
@@ -151,7 +152,8 @@ class EmulatedReplica:
         left = self.config.cold_start_s - (self.clock.now() - self.started_emu)
         return max(0.0, self.clock.real_duration(left))
 
-    async def start(self, port: int = 0) -> None:
+    async def start(self, port: int = 0, host: str = "127.0.0.1") -> None:
+        """Listen on ``host:port``; any 127.x.y.z is loopback (a pod IP of its own)."""
         app = web.Application()
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
@@ -163,8 +165,8 @@ class EmulatedReplica:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", port))
-            self.port = sock.getsockname()[1]
+            sock.bind((host, port))
+            self.host, self.port = host, sock.getsockname()[1]
             site = web.SockSite(runner, sock)
             await site.start()
         except BaseException:

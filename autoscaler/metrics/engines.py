@@ -327,12 +327,19 @@ def detect_engine(text: str) -> str | None:
 
 
 def read_snapshot(
-    text: str, engine: str = "auto", *, strict: bool = False, details: bool = False
+    text: str,
+    engine: str = "auto",
+    *,
+    strict: bool = False,
+    details: bool = False,
+    max_lines: int | None = None,
 ) -> EngineSnapshot:
     """Parse one page with the engine's adapter (auto-detected from metric prefixes).
 
     ``details`` also reads e2e/queue histograms (for the offline command). Raises
-    `ParseError` on an invalid page or when no known engine's metrics are present.
+    `ParseError` on an invalid page, on a page over ``max_lines`` (see `parse_page`) or
+    when no known engine's metrics are present. A plain function of its arguments (no
+    event loop, no I/O), so it can run in a worker thread or process.
     """
     name = detect_engine(text) if engine == "auto" else engine
     if name is None:
@@ -343,12 +350,12 @@ def read_snapshot(
     if adapter is None:
         raise ValueError(f"engine={name!r}: must be one of auto, {', '.join(ENGINES)}")
     wanted = adapter.families + (VLLM_DETAIL_FAMILIES if details and name == "vllm" else ())
-    page = parse_page(text, wanted, strict=strict)
+    page = parse_page(text, wanted, strict=strict, max_lines=max_lines)
     extra: Page | None = None
     needs_extra = name == "vllm" and "vllm:inter_token_latency_seconds" not in page.families
     if details and name == "vllm":
         extra_names = wanted + adapter.extra
-        extra = parse_page(text, extra_names, strict=strict)
+        extra = parse_page(text, extra_names, strict=strict, max_lines=max_lines)
     elif needs_extra and adapter.extra:
-        extra = parse_page(text, adapter.extra, strict=strict)
+        extra = parse_page(text, adapter.extra, strict=strict, max_lines=max_lines)
     return adapter.read(page, extra)

@@ -35,17 +35,24 @@ from __future__ import annotations
 
 import math
 import re
+import sys
+import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from autoscaler.errors import ParseError
 
 __all__ = [
+    "CACHE_BUDGET_BYTES",
+    "CACHE_ENTRY_MAX_BYTES",
+    "MAX_WANTED_LINES",
+    "PAGE_CACHE_ALLOWANCE_BYTES",
     "Family",
     "HistogramData",
     "Page",
     "Sample",
+    "cache_bytes",
     "clear_caches",
     "merge_histogram",
     "parse_page",
@@ -166,6 +173,94 @@ class HistogramData:
         return self.counts[-1] if self.counts else 0.0
 
 
+# --- caches: bounded in bytes --------------------------------------------------------
+# Everything the fast mode learns from pages is text-keyed and could be as large as the
+# text a pod sends, so every cache is accounted in bytes (`sys.getsizeof` of what an entry
+# holds, shared objects counted in each holder, i.e. over- rather than under-counted):
+# - one entry over CACHE_ENTRY_MAX_BYTES (a 4 MB label value, a huge HELP line) is never
+#   stored: such a line is parsed every time, as a first page would be;
+# - one page may add at most PAGE_CACHE_ALLOWANCE_BYTES of new entries (what one scrape of
+#   one pod can push into the shared caches); the rest of that page is parsed uncached;
+# - each cache has a share of CACHE_BUDGET_BYTES; a full cache evicts its oldest entries.
+# So a hostile pod costs CPU on its own scrapes, never memory beyond the budget.
+CACHE_BUDGET_BYTES = 24 * 1024 * 1024
+CACHE_ENTRY_MAX_BYTES = 4096
+PAGE_CACHE_ALLOWANCE_BYTES = 256 * 1024
+# Lines of the wanted families one fast parse reads at most (~10-30 ms of CPU cold): a
+# page with more (200k series of a wanted family) is refused whole with `ParseError`, so
+# the pod counts as unread rather than stalling the event loop for seconds.
+MAX_WANTED_LINES = 10_000
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+_LOCK = threading.Lock()  # insertions/evictions (pages may be parsed in worker threads)
+_PAGE = threading.local()  # .allowance: bytes the current page may still add
+
+
+class _ByteCache(dict[_K, _V], Generic[_K, _V]):
+    """A dict whose entries are accounted in bytes, evicted oldest first past its budget.
+
+    Lookups are plain `dict.get` (the hot path); only `put` accounts.
+    """
+
+    __slots__ = ("budget_bytes", "sizes", "used_bytes")
+
+    def __init__(self, budget_bytes: int) -> None:
+        super().__init__()
+        self.budget_bytes = budget_bytes
+        self.sizes: dict[_K, int] = {}
+        self.used_bytes = 0
+
+    def put(self, key: _K, value: _V, size_bytes: int) -> None:
+        """Store ``value`` if it fits the per-entry cap and the page's allowance."""
+        if size_bytes > CACHE_ENTRY_MAX_BYTES:
+            return
+        allowance: int = getattr(_PAGE, "allowance", PAGE_CACHE_ALLOWANCE_BYTES)
+        if size_bytes > allowance:
+            return
+        _PAGE.allowance = allowance - size_bytes
+        with _LOCK:
+            old = self.sizes.pop(key, None)
+            if old is not None:
+                self.used_bytes -= old
+            self.used_bytes += size_bytes
+            self.sizes[key] = size_bytes
+            self[key] = value
+            while self.used_bytes > self.budget_bytes and self.sizes:
+                oldest = next(iter(self.sizes))
+                self.used_bytes -= self.sizes.pop(oldest)
+                self.pop(oldest, None)
+
+    def discard(self, key: _K) -> None:
+        with _LOCK:
+            self.used_bytes -= self.sizes.pop(key, 0)
+            self.pop(key, None)
+
+    def clear(self) -> None:
+        with _LOCK:
+            super().clear()
+            self.sizes.clear()
+            self.used_bytes = 0
+
+
+def _size(*parts: object) -> int:
+    """Accounted bytes of an entry made of ``parts`` (a mapping counts its keys and values)."""
+    total = 0
+    for part in parts:
+        total += sys.getsizeof(part)
+        if isinstance(part, dict):
+            for k, v in part.items():
+                total += sys.getsizeof(k) + sys.getsizeof(v)
+        elif isinstance(part, tuple):
+            total += _size(*part) - sys.getsizeof(())
+    return total
+
+
+def _new_page() -> None:
+    """Reset the per-page cache allowance (called once per parse)."""
+    _PAGE.allowance = PAGE_CACHE_ALLOWANCE_BYTES
+
+
 def _unescape(value: str) -> str:
     return _ESCAPE_RE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
 
@@ -205,8 +300,7 @@ def _labels_slow(rest: str, line: int) -> tuple[dict[str, str], str]:
             raise ParseError(f"invalid label set {rest[:80]!r}: expected ',' or '}}'", line)
 
 
-_LABEL_CACHE: dict[str, Mapping[str, str]] = {}
-_LABEL_CACHE_MAX = 8192
+_LABEL_CACHE: _ByteCache[str, Mapping[str, str]] = _ByteCache(CACHE_BUDGET_BYTES // 6)
 
 
 def _labels_fast(rest: str, line: int) -> tuple[Mapping[str, str], str]:
@@ -243,9 +337,7 @@ def _labels_fast(rest: str, line: int) -> tuple[Mapping[str, str], str]:
         if key in labels:
             raise ParseError(f"duplicate label {key!r}", line)
         labels[key] = value
-    if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
-        _LABEL_CACHE.clear()
-    _LABEL_CACHE[raw] = labels
+    _LABEL_CACHE.put(raw, labels, _size(raw, labels))
     return labels, rest[end + 1 :]
 
 
@@ -339,9 +431,7 @@ class _Builder:
         if found is None:
             found = (name, "untyped")
         self.resolved[name] = found
-        if len(_RESOLVE) >= 65536:
-            _RESOLVE.clear()
-        _RESOLVE[name] = (d, base, kind, found)
+        _RESOLVE.put(name, (d, base, kind, found), _size(name, name, d, base, kind, found))
         return found
 
     def add(self, name: str, rest: str, line: int, wanted: Collection[str] | None) -> None:
@@ -428,21 +518,26 @@ def _parse_strict(text: str, wanted: Collection[str] | None) -> Page:
 # A line ``head value`` whose head is here skips the label parse; only heads of lines
 # the general path accepted as exactly ``head`` + one blank + a value are stored, so a
 # hit always parses as the general path would. Shared across pages (bounded).
-_HEADS: dict[str, tuple[str, Mapping[str, str]]] = {}
-_HEADS_MAX = 16384
+_HEADS: _ByteCache[str, tuple[str, Mapping[str, str]]] = _ByteCache(CACHE_BUDGET_BYTES // 6)
+_HEADS_MAX = 16384  # entries of the caches keyed by wanted names (bounded by the caller)
 # Plain HELP/TYPE lines already read: (is TYPE, name, type or help text).
-_DECLS: dict[str, tuple[bool, str, str]] = {}
+_DECLS: _ByteCache[str, tuple[bool, str, str]] = _ByteCache(CACHE_BUDGET_BYTES // 24)
 # Sample name -> (its declaration, base name, base type, family) from the last page; the
 # family is reused while the two declarations it was derived from are the same.
-_RESOLVE: dict[str, tuple[tuple[str, str] | None, str | None, str | None, tuple[str, str]]] = {}
+_RESOLVE: _ByteCache[
+    str, tuple[tuple[str, str] | None, str | None, str | None, tuple[str, str]]
+] = _ByteCache(CACHE_BUDGET_BYTES // 24)
 # The comment block above each family's first line, with its declarations (see `back`).
-_ABOVE: dict[str, tuple[str, tuple[tuple[int, bool, str, str], ...]]] = {}
+_ABOVE: _ByteCache[str, tuple[str, tuple[tuple[int, bool, str, str], ...]]] = _ByteCache(
+    CACHE_BUDGET_BYTES // 24
+)
 # Where each family's first line was on the last page parsed (a search start, see `_first`).
 _FIRST_HINT: dict[str, int] = {}
 # Per wanted family set: its order on the page and bases to declare (see `_plan`).
 _PLANS: dict[frozenset[str], tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {}
 # Bytes of each family's last group (plus slack): the chunk size of its next walk.
 _GROUP_BYTES: dict[str, int] = {}
+_BYTE_CACHES: tuple[_ByteCache[Any, Any], ...] = (_LABEL_CACHE, _HEADS, _DECLS, _RESOLVE, _ABOVE)
 
 
 def clear_caches() -> None:
@@ -450,9 +545,15 @@ def clear_caches() -> None:
 
     The caches only make parsing faster: results never depend on them.
     """
-    for cache in (_LABEL_CACHE, _HEADS, _DECLS, _RESOLVE, _ABOVE, _FIRST_HINT, _PLANS):
+    for cache in _BYTE_CACHES:
         cache.clear()
-    _GROUP_BYTES.clear()
+    for counted in (_FIRST_HINT, _PLANS, _GROUP_BYTES):
+        counted.clear()
+
+
+def cache_bytes() -> int:
+    """Bytes accounted by the parser's text-keyed caches (never over CACHE_BUDGET_BYTES)."""
+    return sum(cache.used_bytes for cache in _BYTE_CACHES)
 
 
 def _line_no(scan: str, pos: int) -> int:
@@ -490,6 +591,7 @@ class _Walk:
     builder: _Builder
     seen: set[int] = field(default_factory=set)
     first_at: dict[str, int] = field(default_factory=dict)  # family -> its first sample
+    lines_left: int = MAX_WANTED_LINES  # lines this parse may still read (see `group`)
 
     def comment(
         self, pos: int, end: int, family: str | tuple[str, ...], check_only: bool = False
@@ -588,15 +690,11 @@ class _Walk:
         for start, end in lines:
             decl = _simple_decl(scan, start, end)
             if decl is None:  # an unusual comment: always read in full
-                _ABOVE.pop(family, None)
+                _ABOVE.discard(family)
                 return
             recorded.append((start - block_start, *decl))
-        if len(_ABOVE) >= _HEADS_MAX:
-            _ABOVE.clear()
-        _ABOVE[family] = (
-            scan[block_start : (lines[-1][1] + 1) if lines else block_start],
-            tuple(recorded),
-        )
+        entry = (scan[block_start : (lines[-1][1] + 1) if lines else block_start], tuple(recorded))
+        _ABOVE.put(family, entry, _size(family, entry))
 
     def replay(self, start: int, effects: tuple[tuple[int, bool, str, str], ...]) -> None:
         """Apply remembered declarations of a comment block found at offset ``start``."""
@@ -646,6 +744,9 @@ class _Walk:
                 if not lines:
                     _GROUP_BYTES[sizing] = 2 * _GROUP_BYTES.get(sizing, 4096)
                     continue
+            self.lines_left -= len(lines)
+            if self.lines_left < 0:
+                raise _too_many_lines(scan, pos)
             for line in lines:
                 head, _, value_text = line.rpartition(" ")
                 hit = heads.get(head)
@@ -705,9 +806,7 @@ class _Walk:
                 decl = _simple_decl(line, 0, len(line))
                 if decl is None:  # not a plain HELP/TYPE line
                     return self.comment(pos, pos + len(line), prefixes)
-                if len(_DECLS) >= _HEADS_MAX:
-                    _DECLS.clear()
-                _DECLS[line] = decl
+                _DECLS.put(line, decl, _size(line, decl))
             if not decl[1].startswith(prefixes):
                 return False
             self.replay(pos, ((0, *decl),))
@@ -733,9 +832,8 @@ class _Walk:
                 self.first_at[key] = pos
             rows.append(Sample(name, labels, value, ts))
         if ts is None and tail[:1] == " " and tail.split() == [tail[1:]]:
-            if len(_HEADS) >= _HEADS_MAX:
-                _HEADS.clear()
-            _HEADS[line[: len(line) - len(tail)]] = (name, labels)
+            head = line[: len(line) - len(tail)]
+            _HEADS.put(head, (name, labels), _size(head, name, labels))
         return True
 
 
@@ -776,7 +874,15 @@ def _plan(wanted: frozenset[str]) -> tuple[tuple[tuple[str, str], ...], tuple[st
     return order, bases
 
 
-def _parse_fast(text: str, wanted: frozenset[str]) -> Page:
+def _too_many_lines(scan: str, pos: int) -> ParseError:
+    return ParseError(
+        f"page refused: more than max_lines={_PAGE.max_lines} lines of the wanted families"
+        " (a bound on the parse time per page)",
+        _line_no(scan, pos),
+    )
+
+
+def _parse_fast(text: str, wanted: frozenset[str], max_lines: int) -> Page:
     stripped = text.lstrip()
     if stripped and stripped[0] not in _FIRST_CHARS:
         line = text.count("\n", 0, len(text) - len(stripped)) + 1
@@ -785,7 +891,7 @@ def _parse_fast(text: str, wanted: frozenset[str]) -> Page:
         text = text.replace("\r\n", "\n")
     scan = "\n" + text
     builder = _Builder()
-    walk = _Walk(scan, builder)
+    walk = _Walk(scan, builder, lines_left=max_lines)
     if len(_FIRST_HINT) > 4096 or len(_GROUP_BYTES) > 4096:  # keyed by wanted names: bound
         _FIRST_HINT.clear()
         _GROUP_BYTES.clear()
@@ -847,22 +953,32 @@ def _parse_fast(text: str, wanted: frozenset[str]) -> Page:
     return Page(families, openmetrics)
 
 
-def parse_page(text: str, families: Collection[str] | None = None, *, strict: bool = False) -> Page:
+def parse_page(
+    text: str,
+    families: Collection[str] | None = None,
+    *,
+    strict: bool = False,
+    max_lines: int | None = None,
+) -> Page:
     """Parse an exposition page; ``families`` restricts the result to those base names.
 
     Fast mode (``families`` given, ``strict`` false) parses only the wanted families'
-    lines; strict mode validates every line. Raises `ParseError` on invalid input.
+    lines, at most ``max_lines`` of them (default MAX_WANTED_LINES); strict mode
+    validates every line (of a page of at most ``max_lines`` lines, if given). Raises
+    `ParseError` on invalid input and on a page over the bound (never a partial page).
     """
     if not isinstance(text, str):
         raise ParseError(f"expected text, got {type(text).__name__}", 1)
-    if families is None:
-        return _parse_strict(text, None)
+    _new_page()
+    _PAGE.max_lines = MAX_WANTED_LINES if max_lines is None else max_lines
+    if families is None or strict:
+        if max_lines is not None and text.count("\n") > max_lines:
+            raise ParseError(f"page refused: more than max_lines={max_lines} lines", max_lines + 1)
+        return _parse_strict(text, None if families is None else frozenset(families))
     wanted = frozenset(families)
-    if strict:
-        return _parse_strict(text, wanted)
     if not wanted:
         return Page({})
-    return _parse_fast(text, wanted)
+    return _parse_fast(text, wanted, _PAGE.max_lines)
 
 
 def _bucket_info(

@@ -3,17 +3,18 @@ the metrics sources and the forecast planner."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from autoscaler.control.clock import Clock, MonotonicClock
 from autoscaler.control.ports import TargetView
 from autoscaler.domain import Decision, Forecast, TargetRef
-from autoscaler.errors import AutoscalerError, OwnershipError
+from autoscaler.errors import AutoscalerError, PermanentError
 from autoscaler.forecast.planner import Planner, PlannerConfig
+from autoscaler.kube.cache import ClusterCache, spec_selector
 from autoscaler.kube.crd import Condition
-from autoscaler.kube.pods import PodWatcher
-from autoscaler.kube.scale import ScaleClient
+from autoscaler.kube.scale import ScaleClient, ScaleInfo, WorkloadRecord
 from autoscaler.logging import get_logger
 from autoscaler.metrics.source import PodEndpoint
 from autoscaler.store.base import TargetSpec
@@ -44,21 +45,22 @@ class StatusWriterPort(Protocol):
     ) -> None: ...
 
 
-def _selector(match_labels: Mapping[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
-
-
 class KubeCluster:
-    """`ClusterPort` over the scale subresource and a pod watcher per target.
+    """`ClusterPort` over the shared informer cache and the scale subresource.
 
-    Ownership (an HPA or ScaledObject on the same target) is re-checked every
-    ``ownership_check_s`` rather than every tick: it changes rarely and costs two lists.
+    A tick costs no API request in steady state: the scale (with the resourceVersion for
+    the conflict-checked write), the pods and GPU capacity come from `ClusterCache`. The
+    scale is read from the API instead only until the workload informer has synced and
+    once after a conflict (the cache may lag our own or another writer's change).
+    Ownership (an HPA or ScaledObject on the same target) is listed once per namespace
+    every ``ownership_check_s``, shared by every target there.
     """
 
     def __init__(
         self,
         api: Any,
         *,
+        cache: ClusterCache | None = None,
         scale: ScaleClient | None = None,
         capacity: CapacityPort | None = None,
         warm_pool: WarmPoolPort | None = None,
@@ -66,9 +68,11 @@ class KubeCluster:
         status: StatusWriterPort | None = None,
         clock: Clock | None = None,
         ownership_check_s: float = 30.0,
-        status_every_s: float = 30.0,
+        status_every_s: float = 300.0,
     ) -> None:
         self.api = api
+        self._own_cache = cache is None
+        self.cache = cache if cache is not None else ClusterCache(api)
         self.scale_client = scale or ScaleClient(api)
         self.capacity = capacity
         self.warm_pool = warm_pool
@@ -78,49 +82,74 @@ class KubeCluster:
         self._status_sent: dict[TargetRef, tuple[tuple[object, ...], float]] = {}
         self.clock = clock or MonotonicClock()
         self.ownership_check_s = ownership_check_s
-        self._watchers: dict[TargetRef, PodWatcher] = {}
-        self._owner: dict[TargetRef, tuple[float, str | None]] = {}
+        self._owners: dict[str, tuple[float, Mapping[tuple[str, str], str]]] = {}
+        self._owners_inflight: dict[str, asyncio.Task[Mapping[tuple[str, str], str]]] = {}
+        self._owner: dict[TargetRef, str | None] = {}
+        self._reread: set[TargetRef] = set()  # read the scale from the API next time
+        # After our own write: (cache resourceVersion when written, what the write returned)
+        self._written: dict[TargetRef, tuple[str, ScaleInfo]] = {}
+        self.api_reads = 0  # scale GETs made instead of reading the cache
 
-    async def _watcher(self, spec: TargetSpec, selector: str) -> PodWatcher:
-        w = self._watchers.get(spec.ref)
-        if w is not None and (w.selector != selector or w.port != spec.metrics_port):
-            self._watchers.pop(spec.ref)
-            await w.stop()
-            w = None
-        if w is None:
-            w = PodWatcher(
-                self.api,
-                spec.ref.namespace,
-                selector,
-                metrics_port=spec.metrics_port,
-                metrics_path=spec.metrics_path,
-            )
-            w.start()
-            self._watchers[spec.ref] = w
-        return w
+    async def _owners_in(self, namespace: str) -> Mapping[tuple[str, str], str]:
+        """``{(kind, name): who}`` for ``namespace``: one list per namespace per period,
+        shared by concurrent callers."""
+        now = self.clock.now()
+        cached = self._owners.get(namespace)
+        if cached is not None and now - cached[0] < self.ownership_check_s:
+            return cached[1]
+        task = self._owners_inflight.get(namespace)
+        if task is None:
+            task = asyncio.ensure_future(self.scale_client.list_owners(namespace))
+            self._owners_inflight[namespace] = task
+            task.add_done_callback(lambda _: self._owners_inflight.pop(namespace, None))
+        owners = await asyncio.shield(task)
+        self._owners[namespace] = (now, owners)
+        return owners
 
     async def _owner_conflict(self, spec: TargetSpec) -> str | None:
         if spec.mode != "direct":
             return None
-        now = self.clock.now()
-        cached = self._owner.get(spec.ref)
-        if cached is not None and now - cached[0] < self.ownership_check_s:
-            return cached[1]
-        conflict: str | None = None
-        try:
-            await self.scale_client.check_ownership(
-                spec.scale_target_ref.kind, spec.ref.namespace, spec.scale_target_ref.name
-            )
-        except OwnershipError as err:
-            conflict = str(err)
-        self._owner[spec.ref] = (now, conflict)
+        target = spec.scale_target_ref
+        owners = await self._owners_in(spec.ref.namespace)
+        conflict = owners.get((target.kind, target.name))
+        self._owner[spec.ref] = conflict
         return conflict
 
-    async def observe(self, spec: TargetSpec) -> TargetView:
+    async def _scale_info(self, spec: TargetSpec, work: WorkloadRecord | None) -> ScaleInfo:
         target = spec.scale_target_ref
-        info = await self.scale_client.get_scale(target.kind, spec.ref.namespace, target.name)
-        selector = _selector(spec.selector) if spec.selector else info.selector
-        snap = (await self._watcher(spec, selector)).snapshot()
+        ns = spec.ref.namespace
+        informer = (
+            self.cache.deployments if target.kind == "Deployment" else self.cache.statefulsets
+        )
+        if spec.ref in self._reread or not informer.synced.is_set():
+            self._reread.discard(spec.ref)
+            self.api_reads += 1
+            return await self.scale_client.get_scale(target.kind, ns, target.name)
+        if work is None:
+            raise PermanentError(f"read {target.kind} {ns}/{target.name} scale: not found")
+        written = self._written.get(spec.ref)
+        if written is not None:
+            if written[0] == work.resource_version:
+                return written[1]  # the watch has not shown our write yet
+            del self._written[spec.ref]
+        return work.scale
+
+    async def observe(self, spec: TargetSpec) -> TargetView:
+        self.cache.start()
+        target = spec.scale_target_ref
+        work = self.cache.workload(target.kind, spec.ref.namespace, target.name)
+        info = await self._scale_info(spec, work)
+        selector = spec_selector(spec, work) or info.selector
+        if not selector:
+            raise PermanentError(
+                f"{target.kind} {spec.ref.namespace}/{target.name}: no pod selector "
+                "(set spec.selector)"
+            )
+        view = self.cache.index.view(
+            spec.ref.namespace, selector, spec.metrics_port, spec.metrics_path
+        )
+        synced = self.cache.pods.synced.is_set()
+        snap = view.snapshot(synced)
         pods = tuple(
             PodEndpoint(p.name, p.metrics_url) for p in snap.pods if p.ready and p.metrics_url
         )
@@ -131,20 +160,28 @@ class KubeCluster:
             spec_replicas=info.spec_replicas,
             # Until the watch has synced we do not know which pods are ready: 0 read pods
             # makes every signal missing, so the core holds.
-            ready_replicas=snap.ready if snap.synced else 0,
+            ready_replicas=snap.ready if synced else 0,
             resource_version=info.resource_version,
             pending_replicas=snap.pending,
-            pods=pods if snap.synced else (),
+            pods=pods if synced else (),
             capacity_max_replicas=capacity,
             cold_start_samples_s=snap.cold_start_samples_s,
+            cold_start_total=snap.cold_start_total,
             owner_conflict=await self._owner_conflict(spec),
         )
 
     async def scale(self, spec: TargetSpec, replicas: int, resource_version: str) -> None:
         target = spec.scale_target_ref
-        await self.scale_client.set_replicas(
-            target.kind, spec.ref.namespace, target.name, replicas, resource_version
-        )
+        work = self.cache.workload(target.kind, spec.ref.namespace, target.name)
+        try:
+            result = await self.scale_client.set_replicas(
+                target.kind, spec.ref.namespace, target.name, replicas, resource_version
+            )
+        except AutoscalerError:  # a conflict: the cache may be behind; read the API once
+            self._reread.add(spec.ref)
+            raise
+        if work is not None:
+            self._written[spec.ref] = (work.resource_version, result.info)
 
     async def set_warm_pool(self, spec: TargetSpec, replicas: int, peak: bool) -> None:
         if self.warm_pool is not None:
@@ -157,7 +194,7 @@ class KubeCluster:
             await self.recorder.record(spec, decision, applied)
         if self.status is None:
             return
-        owner = self._owner.get(spec.ref, (0.0, None))[1]
+        owner = self._owner.get(spec.ref)
         key = (decision.current_replicas, decision.desired_replicas, decision.reason, owner)
         now = self.clock.now()
         sent = self._status_sent.get(spec.ref)
@@ -175,10 +212,18 @@ class KubeCluster:
             return
         self._status_sent[spec.ref] = (key, now)
 
+    def forget(self, ref: TargetRef) -> None:
+        """Drop what is kept for a target that is no longer scaled."""
+        self._status_sent.pop(ref, None)
+        self._owner.pop(ref, None)
+        self._written.pop(ref, None)
+        self._reread.discard(ref)
+
     async def close(self) -> None:
-        for w in self._watchers.values():
-            await w.stop()
-        self._watchers.clear()
+        for task in list(self._owners_inflight.values()):
+            task.cancel()
+        if self._own_cache:
+            await self.cache.stop()
 
 
 class PlannerAdapter:
@@ -203,11 +248,13 @@ class PlannerAdapter:
 
     def update(self, t: float, signals: Mapping[str, float], view: TargetView) -> None:
         samples = view.cold_start_samples_s
-        if len(samples) < self._samples_seen:  # the watcher's window rolled over
+        total = view.cold_start_total or len(samples)
+        if total < self._samples_seen:  # a new source of samples: start over
             self._samples_seen = 0
-        for duration_s in samples[self._samples_seen :]:
+        new = min(total - self._samples_seen, len(samples))
+        for duration_s in samples[len(samples) - new :] if new > 0 else ():
             self.planner.observe_pod_ready(t, duration_s)
-        self._samples_seen = len(samples)
+        self._samples_seen = total
         self.planner.update(t, signals, view.ready_replicas or None)
 
     def forecast(self, t: float) -> Forecast | None:

@@ -25,7 +25,9 @@ from autoscaler.control.signals import SourceSignals
 from autoscaler.control.state import ControllerState
 from autoscaler.control.tasks import TaskGroup
 from autoscaler.keda.server import GrpcServerHandle, GrpcTls, serve_grpc
+from autoscaler.kube.cache import ClusterCache
 from autoscaler.kube.capacity import GpuCapacity
+from autoscaler.kube.config import KubeClients
 from autoscaler.kube.events import EventRecorder
 from autoscaler.kube.leader import LeaderElector, LeaseConfig
 from autoscaler.kube.warmpool import WarmPoolManager
@@ -60,6 +62,7 @@ class Controller:
     elector: LeaderElector | None = None
     loop: ControlLoop | None = None
     store: PolicyStore | None = None
+    cache: ClusterCache | None = None
     _tasks: TaskGroup = field(default_factory=lambda: TaskGroup("controller"))
     _closers: list[Any] = field(default_factory=list)
 
@@ -97,10 +100,14 @@ class Controller:
         s = self.settings
         store, status = self._store()
         self.store = store
+        # One pool per role: the informers' watches and leader election never wait for a
+        # connection behind scale/status/Event writes or each other.
+        clients = KubeClients.split(self.api)
+        self._closers.append(clients.close)
         leader: LeaderPort = AlwaysLeader()
         if s.leader_election:
             self.elector = LeaderElector(
-                self.api,
+                clients.lease,
                 LeaseConfig(
                     namespace=_lease_namespace(s),
                     name=s.lease_name,
@@ -113,9 +120,14 @@ class Controller:
             leader = self.elector
         else:
             self._on_leader_change(True)
+        cache = ClusterCache(clients.watch)
+        self.cache = cache
+        cache.start()
+        self._closers.append(cache.stop)
         cluster = KubeCluster(
             self.api,
-            capacity=GpuCapacity(self.api),
+            cache=cache,
+            capacity=GpuCapacity(cache),
             warm_pool=WarmPoolManager(self.api),
             recorder=EventRecorder(self.api, instance=self.identity),
             status=status,

@@ -25,7 +25,8 @@ class TargetView:
     pending_replicas: int = 0
     pods: tuple[PodEndpoint, ...] = ()
     capacity_max_replicas: int | None = None
-    cold_start_samples_s: tuple[float, ...] = ()
+    cold_start_samples_s: tuple[float, ...] = ()  # the newest samples
+    cold_start_total: int = 0  # samples ever taken (0: unknown, use the tuple's length)
     owner_conflict: str | None = None  # set when an HPA/ScaledObject owns the target
 
 

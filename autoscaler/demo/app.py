@@ -34,6 +34,7 @@ from autoscaler.domain import Decision, TargetRef
 from autoscaler.emulator.fleet import EmulatorFleet
 from autoscaler.emulator.loadgen import LoadGenerator, LoadReport
 from autoscaler.errors import ConfigError
+from autoscaler.kube.cache import ClusterCache
 from autoscaler.kube.capacity import GpuCapacity
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.events import EventRecorder
@@ -199,9 +200,12 @@ async def run_demo(
         )
         state = ControllerState()
         metrics = ControllerMetrics()
+        cache = ClusterCache(api)
+        stack.push_async_callback(cache.stop)
         cluster = KubeCluster(
             api,
-            capacity=GpuCapacity(api),
+            cache=cache,
+            capacity=GpuCapacity(cache),
             warm_pool=WarmPoolManager(api),
             recorder=EventRecorder(api, instance="demo", wall_clock=clock.wall),
             clock=clock,

@@ -11,58 +11,26 @@ GPUs *for* the inference pods (they are preempted), so their requests count as f
 from __future__ import annotations
 
 import math
-import re
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.client.exceptions import ApiException
+from typing import Any, Protocol
 
 from autoscaler.errors import PermanentError
-from autoscaler.kube.localapi.selectors import parse_label_selector
-from autoscaler.kube.retry import describe, read_json
-from autoscaler.kube.warmpool import POOL_LABELS
+from autoscaler.kube.gpu import gpu_of, is_pool_pod, quantity, template_gpu
+from autoscaler.kube.pods import PodRecord, TargetPods
+from autoscaler.kube.scale import WorkloadRecord
+from autoscaler.kube.selectors import parse_label_selector
 from autoscaler.store.base import TargetSpec
 
-_GPU_RE = re.compile(r"^[\w.-]+/(gpu[\w.-]*|mig-[\w.-]+)$")
-_SUFFIX = {"m": 1e-3, "k": 1e3, "Ki": 1024.0, "M": 1e6, "Mi": 1024.0**2, "G": 1e9, "Gi": 1024.0**3}
-
-
-def quantity(value: Any) -> float:
-    s = str(value)
-    for suf in ("Ki", "Mi", "Gi", "m", "k", "M", "G"):
-        if s.endswith(suf):
-            return float(s[: -len(suf)]) * _SUFFIX[suf]
-    return float(s)
-
-
-def is_gpu_resource(name: str) -> bool:
-    return bool(_GPU_RE.match(name))
-
-
-def template_gpu(
-    pod_spec: Mapping[str, Any], resource: str | None = None
-) -> tuple[str, float] | None:
-    """The (resource, quantity per pod) a pod spec requests; ``None`` for a CPU-only pod."""
-    totals: dict[str, float] = {}
-    for c in pod_spec.get("containers") or []:
-        res = c.get("resources") or {}
-        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-        for k, v in merged.items():
-            if (resource is None and is_gpu_resource(k)) or k == resource:
-                totals[k] = totals.get(k, 0.0) + quantity(v)
-    if not totals:
-        return None
-    if len(totals) > 1:
-        names = ", ".join(sorted(totals))
-        raise PermanentError(
-            f"pod template requests several GPU resources ({names}); set "
-            "capacity.gpuResource to the one to count"
-        )
-    name, qty = next(iter(totals.items()))
-    return name, qty
+__all__ = [
+    "CapacityReport",
+    "GpuCapacity",
+    "GpuLedger",
+    "NodeRecord",
+    "compute_capacity",
+    "template_gpu",
+]
 
 
 def _requests(pod: Mapping[str, Any], resource: str) -> float:
@@ -127,7 +95,7 @@ def compute_capacity(
             continue
         used = _requests(p, resource)
         free[node] -= used
-        if all(labels.get(k) == v for k, v in POOL_LABELS.items()):
+        if is_pool_pod(labels):
             pause[node] = pause.get(node, 0.0) + used
     slots = sum(
         max(0, math.floor((f + pause.get(n, 0.0)) / per_replica + 1e-9)) for n, f in free.items()
@@ -144,61 +112,155 @@ def compute_capacity(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """The fields of a Node capacity uses (the informer's transform keeps only these)."""
+
+    name: str
+    labels: Mapping[str, str]
+    schedulable: bool  # not cordoned and not NotReady
+    allocatable: tuple[tuple[str, float], ...]  # extended resources only
+
+
+def node_record(node: Mapping[str, Any]) -> NodeRecord:
+    meta = node.get("metadata") or {}
+    status = node.get("status") or {}
+    conds = status.get("conditions") or []
+    not_ready = any(c.get("type") == "Ready" and c.get("status") != "True" for c in conds)
+    alloc = {
+        k: quantity(v)
+        for k, v in (status.get("allocatable") or {}).items()
+        if k not in ("cpu", "memory", "pods", "ephemeral-storage")
+        and not k.startswith("hugepages-")
+    }
+    return NodeRecord(
+        name=str(meta["name"]),
+        labels=dict(meta.get("labels") or {}),
+        schedulable=not (node.get("spec") or {}).get("unschedulable") and not not_ready,
+        allocatable=tuple(sorted(alloc.items())),
+    )
+
+
+SlotKey = tuple[str, float, tuple[tuple[str, str], ...]]
+
+
+class GpuLedger:
+    """GPU requests per node, kept incrementally from the node and pod informers.
+
+    Each pod event moves its requests off its old node and onto its new one; free slots
+    for a (resource, per-replica request, nodeSelector) are computed at most once per
+    change of the ledger (``generation``) and shared by every target asking the same.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeRecord] = {}
+        self._used: dict[str, dict[str, float]] = defaultdict(dict)
+        self._pause: dict[str, dict[str, float]] = defaultdict(dict)
+        self.generation = 0
+        self._slots: dict[SlotKey, tuple[int, tuple[int, int, int]]] = {}
+
+    def on_node(self, key: tuple[str, str], old: NodeRecord | None, new: NodeRecord | None) -> None:
+        if new is None:
+            self.nodes.pop(key[1], None)
+        else:
+            self.nodes[key[1]] = new
+        self.generation += 1
+
+    def on_pod(self, key: tuple[str, str], old: PodRecord | None, new: PodRecord | None) -> None:
+        changed = False
+        for rec, sign in ((old, -1.0), (new, 1.0)):
+            if rec is None or not rec.placed or not rec.requests:
+                continue
+            assert rec.node is not None
+            for res, qty in rec.requests:
+                self._add(self._used, rec.node, res, sign * qty)
+                if rec.pool:
+                    self._add(self._pause, rec.node, res, sign * qty)
+            changed = True
+        if changed:
+            self.generation += 1
+
+    @staticmethod
+    def _add(table: dict[str, dict[str, float]], node: str, res: str, qty: float) -> None:
+        per = table[node]
+        total = per.get(res, 0.0) + qty
+        if abs(total) < 1e-9:
+            per.pop(res, None)
+            if not per:
+                del table[node]
+        else:
+            per[res] = total
+
+    def slots(
+        self, resource: str, per_replica: float, node_selector: Mapping[str, str] | None
+    ) -> tuple[int, int, int]:
+        """``(free_slots, pause_slots, nodes)`` for replicas requesting ``per_replica``."""
+        if per_replica <= 0:
+            raise PermanentError(f"{resource}: per-replica request {per_replica} must be > 0")
+        key: SlotKey = (resource, per_replica, tuple(sorted((node_selector or {}).items())))
+        cached = self._slots.get(key)
+        if cached is not None and cached[0] == self.generation:
+            return cached[1]
+        slots = without_pause = nodes = 0
+        for name, n in self.nodes.items():
+            if not n.schedulable:
+                continue
+            if node_selector and any(n.labels.get(k) != v for k, v in node_selector.items()):
+                continue
+            alloc = dict(n.allocatable).get(resource)
+            if alloc is None:
+                continue
+            nodes += 1
+            free = alloc - self._used.get(name, {}).get(resource, 0.0)
+            pause = self._pause.get(name, {}).get(resource, 0.0)
+            slots += max(0, math.floor((free + pause) / per_replica + 1e-9))
+            without_pause += max(0, math.floor(free / per_replica + 1e-9))
+        result = (slots, slots - without_pause, nodes)
+        self._slots[key] = (self.generation, result)
+        return result
+
+
+class CapacityCache(Protocol):
+    """What `GpuCapacity` reads (`autoscaler.kube.cache.ClusterCache`)."""
+
+    @property
+    def gpus(self) -> GpuLedger: ...
+
+    def workload(self, kind: str, namespace: str, name: str) -> WorkloadRecord | None: ...
+
+    def target_pods(self, spec: TargetSpec, work: WorkloadRecord) -> TargetPods: ...
+
+
 class GpuCapacity:
-    """`CapacityPort` for the control loop: ``max_replicas(spec, current)``."""
+    """`CapacityPort` for the control loop, answered from the informer cache (no API call):
+    ``max_replicas(spec, current)``."""
 
-    def __init__(self, api: ApiClient, *, request_timeout_s: float = 10.0) -> None:
-        self._apps = client.AppsV1Api(api)
-        self._core = client.CoreV1Api(api)
-        self._timeout = request_timeout_s
+    def __init__(self, cache: CapacityCache) -> None:
+        self._cache = cache
         self.last: dict[str, CapacityReport] = {}
-
-    async def _template(self, spec: TargetSpec) -> dict[str, Any]:
-        ref = spec.scale_target_ref
-        ns = spec.ref.namespace
-        api: Any = self._apps
-        read = (
-            api.read_namespaced_deployment
-            if ref.kind == "Deployment"
-            else api.read_namespaced_stateful_set
-        )
-        try:
-            resp = await read(ref.name, ns, _preload_content=False, _request_timeout=self._timeout)
-            obj: dict[str, Any] = await read_json(resp)
-        except ApiException as err:
-            raise PermanentError(f"read {ref.kind} {ns}/{ref.name}: {describe(err)}") from None
-        return obj
 
     async def report(self, spec: TargetSpec) -> CapacityReport | None:
         """``None`` when the template requests no GPU resource (nothing to cap)."""
-        obj = await self._template(spec)
-        tspec = obj["spec"]["template"].get("spec") or {}
-        found = template_gpu(tspec, spec.policy.capacity.gpu_resource)
+        ref = spec.scale_target_ref
+        work = self._cache.workload(ref.kind, spec.ref.namespace, ref.name)
+        if work is None:
+            raise PermanentError(f"{ref.kind} {spec.ref.namespace}/{ref.name}: not found")
+        found = gpu_of(dict(work.requests), spec.policy.capacity.gpu_resource)
         if found is None:
             return None
         resource, per_replica = found
-        core: Any = self._core
-        nodes_resp = await core.list_node(_preload_content=False, _request_timeout=self._timeout)
-        pods_resp = await core.list_pod_for_all_namespaces(
-            field_selector="status.phase!=Succeeded,status.phase!=Failed",
-            _preload_content=False,
-            _request_timeout=self._timeout,
+        view = self._cache.target_pods(spec, work)
+        free, pause, nodes = self._cache.gpus.slots(
+            resource, per_replica, dict(work.node_selector) or None
         )
-        nodes = (await read_json(nodes_resp)).get("items") or []
-        pods = (await read_json(pods_resp)).get("items") or []
-        sel = obj["spec"].get("selector") or {}
-        selector = ",".join(f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items()))
-        if spec.selector:
-            selector = ",".join(f"{k}={v}" for k, v in sorted(spec.selector.items()))
-        report = compute_capacity(
-            nodes,
-            pods,
-            resource,
-            per_replica,
-            spec.ref.namespace,
-            selector,
-            tspec.get("nodeSelector"),
-            spec.policy.capacity.provisionable_replicas,
+        report = CapacityReport(
+            resource=resource,
+            per_replica=per_replica,
+            placed=view.snapshot().placed,
+            free_slots=free,
+            pause_slots=pause,
+            provisionable=spec.policy.capacity.provisionable_replicas,
+            nodes=nodes,
         )
         self.last[str(spec.ref)] = report
         return report

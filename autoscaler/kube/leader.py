@@ -185,24 +185,31 @@ class LeaderElector:
         self._renewed_at = None
         return False
 
-    async def release(self) -> None:
-        """On clean shutdown: stop leading and expire the Lease so failover is immediate."""
+    async def release(self, timeout_s: float = 4.0) -> None:
+        """On clean shutdown: stop leading and expire the Lease so failover is immediate.
+
+        Bounded by ``timeout_s`` in all (each call also has its own request timeout), so
+        shutdown stays well inside the pod's termination grace period even when the API
+        server does not answer; the Lease then simply expires.
+        """
         if self._renewed_at is None:
             return
         self._renewed_at = None
         cfg = self.config
-        with contextlib.suppress(ApiException, TimeoutError, aiohttp.ClientError):
-            lease: Any = await self._api.read_namespaced_lease(cfg.name, cfg.namespace)
-            if lease.spec and lease.spec.holder_identity == self.identity:
-                body = {
-                    "metadata": {
-                        "name": cfg.name,
-                        "namespace": cfg.namespace,
-                        "resourceVersion": lease.metadata.resource_version,
-                    },
-                    "spec": {"holderIdentity": "", "leaseDurationSeconds": 1},
-                }
-                await self._api.replace_namespaced_lease(cfg.name, cfg.namespace, body)
+        kw = {"_request_timeout": min(timeout_s, self.config.retry_period_s * 2)}
+        with contextlib.suppress(ApiException, TimeoutError, aiohttp.ClientError, OSError):
+            async with asyncio.timeout(timeout_s):
+                lease: Any = await self._api.read_namespaced_lease(cfg.name, cfg.namespace, **kw)
+                if lease.spec and lease.spec.holder_identity == self.identity:
+                    body = {
+                        "metadata": {
+                            "name": cfg.name,
+                            "namespace": cfg.namespace,
+                            "resourceVersion": lease.metadata.resource_version,
+                        },
+                        "spec": {"holderIdentity": "", "leaseDurationSeconds": 1},
+                    }
+                    await self._api.replace_namespaced_lease(cfg.name, cfg.namespace, body, **kw)
 
     async def run(self, on_change: Callable[[bool], None] | None = None) -> None:
         """Step every ``retry_period_s`` forever; calls ``on_change(is_leader)`` on flips."""

@@ -1,33 +1,27 @@
-"""Pod discovery for one target: list + watch with resourceVersion, never missing a pod.
+"""Pods as the controller keeps them: a compact record per pod (from the shared pod
+informer) and, per target, a view of the pods its selector matches.
 
-A dropped watch resumes from the last resourceVersion seen (events in the gap are
-replayed by the API server); ``410 Gone`` (history compacted) re-lists. From the pods it
-keeps: the Ready pods' metrics URLs (``status.podIP:<port><path>``), how many pods are on
-the way (created, not terminating, not yet Ready) and cold-start samples (creation ->
-Ready ``lastTransitionTime``) as a distribution for the forecaster's horizon.
+One pod watch serves every target (`autoscaler.kube.cache.ClusterCache`); each pod event
+is routed to the views of its namespace whose selector matches it, so a tick reads a
+cached snapshot (rebuilt only after a change) instead of listing or watching per target.
+From a target's pods it keeps: the Ready pods' metrics URLs (``status.podIP:<port><path>``),
+how many pods are on the way (created, not terminating, not yet Ready) and cold-start
+samples (creation -> Ready ``lastTransitionTime``) for the forecaster's horizon.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import random
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import aiohttp
-import structlog
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.client.exceptions import ApiException
-
+from autoscaler.kube.gpu import is_pool_pod, request_totals
 from autoscaler.kube.names import METRICS_PORT_ANNOTATION
-from autoscaler.kube.retry import RetryPolicy, Sleep, backoff_s, read_json
+from autoscaler.kube.selectors import parse_label_selector
 
-log = structlog.get_logger(__name__)
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +37,7 @@ class PodInfo:
 
 @dataclass(frozen=True, slots=True)
 class PodSnapshot:
-    """What the control loop reads each tick (a copy; the watcher keeps running)."""
+    """What the control loop reads each tick (immutable; rebuilt only after a change)."""
 
     synced: bool
     ready_urls: tuple[str, ...]
@@ -52,6 +46,31 @@ class PodSnapshot:
     terminating: int
     cold_start_samples_s: tuple[float, ...]
     pods: tuple[PodInfo, ...]
+    placed: int = 0  # bound to a node and not finished (what GPU capacity counts)
+    cold_start_total: int = 0  # samples ever taken (the tuple keeps the newest only)
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """The fields of a Pod the controller uses (a few hundred bytes instead of kilobytes)."""
+
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str]
+    port_override: int | None
+    ready: bool  # Ready condition True, Running, not terminating
+    terminating: bool
+    phase: str
+    ip: str | None
+    node: str | None
+    requests: tuple[tuple[str, float], ...]  # extended resources (GPUs) it requests
+    cold_start_s: float | None
+    pool: bool  # a warm-pool pause pod
+
+    @property
+    def placed(self) -> bool:
+        return self.node is not None and self.phase not in TERMINAL_PHASES
 
 
 def _ts(value: str | None) -> float | None:
@@ -65,28 +84,6 @@ def _ready_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
         if c.get("type") == "Ready":
             return c  # type: ignore[no-any-return]
     return None
-
-
-def pod_info(pod: Mapping[str, Any], port: int, path: str) -> PodInfo:
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    cond = _ready_condition(pod)
-    terminating = bool(meta.get("deletionTimestamp"))
-    phase = str(status.get("phase") or "Pending")
-    ready = cond is not None and cond.get("status") == "True" and phase == "Running"
-    ip = status.get("podIP") or None
-    override = (meta.get("annotations") or {}).get(METRICS_PORT_ANNOTATION)
-    use_port = int(override) if override else port
-    url = f"http://{ip}:{use_port}{path}" if ip and ready and not terminating else None
-    return PodInfo(
-        name=str(meta.get("name")),
-        uid=str(meta.get("uid")),
-        ready=ready and not terminating,
-        terminating=terminating,
-        phase=phase,
-        ip=ip,
-        metrics_url=url,
-    )
 
 
 def cold_start_s(pod: Mapping[str, Any]) -> float | None:
@@ -104,159 +101,140 @@ def cold_start_s(pod: Mapping[str, Any]) -> float | None:
     return ready_at - created
 
 
-class PodWatcher:
-    """Watches one target's pods; `snapshot()` is cheap and never blocks."""
+def pod_record(pod: Mapping[str, Any]) -> PodRecord:
+    """The informer's transform for pods."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    spec = pod.get("spec") or {}
+    cond = _ready_condition(pod)
+    terminating = bool(meta.get("deletionTimestamp"))
+    phase = str(status.get("phase") or "Pending")
+    ready = cond is not None and cond.get("status") == "True" and phase == "Running"
+    override = (meta.get("annotations") or {}).get(METRICS_PORT_ANNOTATION)
+    labels = dict(meta.get("labels") or {})
+    return PodRecord(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name")),
+        uid=str(meta.get("uid")),
+        labels=labels,
+        port_override=int(override) if override else None,
+        ready=ready and not terminating,
+        terminating=terminating,
+        phase=phase,
+        ip=status.get("podIP") or None,
+        node=spec.get("nodeName") or None,
+        requests=tuple(sorted(request_totals(spec).items())),
+        cold_start_s=cold_start_s(pod),
+        pool=is_pool_pod(labels),
+    )
+
+
+def pod_info(rec: PodRecord, port: int, path: str) -> PodInfo:
+    use_port = rec.port_override or port
+    url = f"http://{rec.ip}:{use_port}{path}" if rec.ip and rec.ready else None
+    return PodInfo(rec.name, rec.uid, rec.ready, rec.terminating, rec.phase, rec.ip, url)
+
+
+class TargetPods:
+    """The pods one target's selector matches, kept up to date by `PodIndex`."""
 
     def __init__(
-        self,
-        api: ApiClient,
-        namespace: str,
-        label_selector: str,
-        *,
-        metrics_port: int = 8000,
-        metrics_path: str = "/metrics",
-        max_samples: int = 10_000,
-        watch_timeout_s: int = 240,
-        retry: RetryPolicy | None = None,
-        sleep: Sleep = asyncio.sleep,
-        rand: Callable[[], float] = random.random,
+        self, namespace: str, selector: str, port: int, path: str, *, max_samples: int = 256
     ) -> None:
-        if not label_selector:
+        if not selector:
             raise ValueError("label_selector: empty selector would match every pod")
-        self._core = client.CoreV1Api(api)
-        self.namespace, self.selector = namespace, label_selector
-        self.port, self.path = metrics_port, metrics_path
-        self._watch_timeout_s = watch_timeout_s
-        self._retry = retry or RetryPolicy()
-        self._sleep, self._rand = sleep, rand
-        self._pods: dict[str, dict[str, Any]] = {}
-        self._sampled: set[str] = set()
+        self.namespace, self.selector, self.port, self.path = namespace, selector, port, path
+        self.match: Callable[[Mapping[str, str]], bool] = parse_label_selector(selector)
+        self.pods: dict[str, PodRecord] = {}
         self._samples: deque[float] = deque(maxlen=max_samples)
-        self._changed = asyncio.Condition()
-        self._synced = False
-        self._task: asyncio.Task[None] | None = None
-        self.relists = 0
-        self.reconnects = 0
-        self.resource_version: str | None = None
+        self._samples_total = 0
+        self._sampled: set[str] = set()  # uids already sampled (dropped when the pod goes)
+        self._snap: PodSnapshot | None = None
 
-    # ------------------------------------------------------------------ reading
-    def snapshot(self) -> PodSnapshot:
+    def upsert(self, rec: PodRecord) -> None:
+        self.pods[rec.name] = rec
+        if rec.cold_start_s is not None and rec.uid not in self._sampled:
+            self._sampled.add(rec.uid)
+            self._samples.append(rec.cold_start_s)
+            self._samples_total += 1
+        self._snap = None
+
+    def remove(self, name: str) -> None:
+        rec = self.pods.pop(name, None)
+        if rec is not None:
+            self._sampled.discard(rec.uid)
+            self._snap = None
+
+    def snapshot(self, synced: bool = True) -> PodSnapshot:
+        snap = self._snap
+        if snap is None or snap.synced != synced:
+            snap = self._snap = self._build(synced)
+        return snap
+
+    def _build(self, synced: bool) -> PodSnapshot:
         infos = sorted(
-            (pod_info(p, self.port, self.path) for p in self._pods.values()), key=lambda i: i.name
+            (pod_info(p, self.port, self.path) for p in self.pods.values()), key=lambda i: i.name
         )
         ready = [i for i in infos if i.ready]
         return PodSnapshot(
-            synced=self._synced,
+            synced=synced,
             ready_urls=tuple(i.metrics_url for i in ready if i.metrics_url),
             ready=len(ready),
             pending=sum(1 for i in infos if not i.ready and not i.terminating),
             terminating=sum(1 for i in infos if i.terminating),
             cold_start_samples_s=tuple(self._samples),
             pods=tuple(infos),
+            placed=sum(1 for p in self.pods.values() if p.placed),
+            cold_start_total=self._samples_total,
         )
 
-    async def wait_until(
-        self, predicate: Callable[[PodSnapshot], bool], timeout_s: float = 5.0
-    ) -> PodSnapshot:
-        """Wait for a snapshot satisfying ``predicate`` (raises TimeoutError)."""
-        async with asyncio.timeout(timeout_s), self._changed:
-            while not predicate(snap := self.snapshot()):
-                await self._changed.wait()
-        return snap
 
-    # ---------------------------------------------------------------- lifecycle
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self.run())
+ViewKey = tuple[str, str, int, str]  # (namespace, selector, port, path)
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
-    async def run(self) -> None:
-        """List, then watch from the list's resourceVersion; forever (cancel to stop)."""
-        failures = 0
-        while True:
-            try:
-                if self.resource_version is None:
-                    await self._relist()
-                await self._watch_once()
-                self.reconnects += 1
-                failures = 0
-            except ApiException as err:
-                if err.status == 410:
-                    log.info("pod watch expired, re-listing", selector=self.selector)
-                    self.resource_version = None
-                    continue
-                failures += 1
-                log.warning("pod watch failed", selector=self.selector, status=err.status)
-                await self._sleep(backoff_s(min(failures, 6), self._retry, self._rand))
-            except (TimeoutError, aiohttp.ClientError) as err:
-                failures += 1
-                log.warning("pod watch failed", selector=self.selector, error=str(err))
-                await self._sleep(backoff_s(min(failures, 6), self._retry, self._rand))
-            except Exception:  # a malformed answer must not end discovery for good
-                failures += 1
-                log.exception("pod watch error; re-listing", selector=self.selector)
-                self.resource_version = None
-                await self._sleep(backoff_s(min(failures, 6), self._retry, self._rand))
+class PodIndex:
+    """Routes pod informer events to the target views of the pod's namespace.
 
-    async def _relist(self) -> None:
-        # Raw JSON (the stubs type the preloaded model): the watch hands us raw dicts too.
-        kw: dict[str, Any] = {
-            "label_selector": self.selector,
-            "_preload_content": False,
-            "_request_timeout": self._retry.request_timeout_s,
-        }
-        resp: Any = await self._core.list_namespaced_pod(self.namespace, **kw)
-        body = await read_json(resp)
-        self._pods = {p["metadata"]["uid"]: p for p in body.get("items") or []}
-        for pod in self._pods.values():
-            self._sample(pod)
-        self.resource_version = body["metadata"]["resourceVersion"]
-        self.relists += 1
-        self._synced = True
-        await self._notify()
+    Cost per pod event: one selector match per view in that namespace; per tick: none
+    (views cache their snapshot).
+    """
 
-    async def _watch_once(self) -> None:
-        w = watch.Watch()
-        try:
-            stream = w.stream(
-                self._core.list_namespaced_pod,
-                self.namespace,
-                label_selector=self.selector,
-                resource_version=self.resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=self._watch_timeout_s,
-            )
-            async for event in stream:
-                raw = event["raw_object"]
-                kind = event["type"]
-                self.resource_version = raw["metadata"]["resourceVersion"]
-                if kind == "BOOKMARK":
-                    continue
-                uid = raw["metadata"]["uid"]
-                if kind == "DELETED":
-                    self._pods.pop(uid, None)
-                else:
-                    self._pods[uid] = raw
-                    self._sample(raw)
-                await self._notify()
-        finally:
-            await w.close()
+    def __init__(self) -> None:
+        self.pods: dict[str, dict[str, PodRecord]] = defaultdict(dict)  # namespace -> name ->
+        self._views: dict[ViewKey, TargetPods] = {}
+        self._by_ns: dict[str, list[TargetPods]] = defaultdict(list)
 
-    def _sample(self, pod: Mapping[str, Any]) -> None:
-        uid = pod["metadata"]["uid"]
-        if uid in self._sampled:
+    def on_event(self, key: tuple[str, str], old: PodRecord | None, new: PodRecord | None) -> None:
+        ns, name = key
+        if new is None:
+            self.pods[ns].pop(name, None)
+            for v in self._by_ns.get(ns, ()):
+                v.remove(name)
             return
-        seconds = cold_start_s(pod)
-        if seconds is not None:
-            self._sampled.add(uid)
-            self._samples.append(seconds)
+        self.pods[ns][name] = new
+        for v in self._by_ns.get(ns, ()):
+            if v.match(new.labels):
+                v.upsert(new)
+            else:
+                v.remove(name)
 
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+    def view(self, namespace: str, selector: str, port: int, path: str) -> TargetPods:
+        """The view for this selector (created on first use from the pods cached now)."""
+        key = (namespace, selector, port, path)
+        v = self._views.get(key)
+        if v is None:
+            v = self._views[key] = TargetPods(namespace, selector, port, path)
+            self._by_ns[namespace].append(v)
+            for rec in self.pods.get(namespace, {}).values():
+                if v.match(rec.labels):
+                    v.upsert(rec)
+        return v
+
+    def drop_view(self, namespace: str, selector: str, port: int, path: str) -> None:
+        v = self._views.pop((namespace, selector, port, path), None)
+        if v is not None:
+            self._by_ns[namespace].remove(v)
+
+    @property
+    def views(self) -> int:
+        return len(self._views)

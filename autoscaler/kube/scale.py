@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from kubernetes_asyncio import client
@@ -19,6 +21,7 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.errors import ActuationError, ConflictError, OwnershipError, PermanentError
+from autoscaler.kube.gpu import request_totals
 from autoscaler.kube.retry import (
     Random,
     RetryPolicy,
@@ -29,6 +32,7 @@ from autoscaler.kube.retry import (
     is_retryable,
     with_retries,
 )
+from autoscaler.kube.selectors import selector_string
 
 Kind = Literal["Deployment", "StatefulSet"]
 MERGE_PATCH = "application/merge-patch+json"
@@ -41,6 +45,49 @@ class ScaleInfo(NamedTuple):
     status_replicas: int
     resource_version: str
     selector: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRecord:
+    """A Deployment/StatefulSet as the informer keeps it: its scale (the scale
+    subresource's resourceVersion is the object's) and its pod template's GPU needs."""
+
+    kind: str
+    namespace: str
+    name: str
+    resource_version: str
+    spec_replicas: int
+    status_replicas: int
+    selector: str  # spec.selector as a label selector string
+    requests: tuple[tuple[str, float], ...]  # extended resources one pod requests
+    node_selector: tuple[tuple[str, str], ...]
+
+    @property
+    def scale(self) -> ScaleInfo:
+        return ScaleInfo(
+            self.spec_replicas, self.status_replicas, self.resource_version, self.selector
+        )
+
+
+def workload_record(kind: str) -> Callable[[Mapping[str, Any]], WorkloadRecord]:
+    """The informer's transform for ``kind`` objects."""
+
+    def transform(obj: Mapping[str, Any]) -> WorkloadRecord:
+        meta, spec = obj["metadata"], obj.get("spec") or {}
+        tspec = (spec.get("template") or {}).get("spec") or {}
+        return WorkloadRecord(
+            kind=kind,
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta["name"]),
+            resource_version=str(meta["resourceVersion"]),
+            spec_replicas=int(spec.get("replicas", 1) or 0),
+            status_replicas=int((obj.get("status") or {}).get("replicas") or 0),
+            selector=selector_string(spec.get("selector")),
+            requests=tuple(sorted(request_totals(tspec).items())),
+            node_selector=tuple(sorted((tspec.get("nodeSelector") or {}).items())),
+        )
+
+    return transform
 
 
 class ScaleResult(NamedTuple):
@@ -154,8 +201,9 @@ class ScaleClient:
             f"{current.spec_replicas}); re-read and re-decide"
         )
 
-    async def check_ownership(self, kind: Kind, namespace: str, name: str) -> None:
-        """Raise `OwnershipError` when an HPA or a KEDA ScaledObject targets this object."""
+    async def list_owners(self, namespace: str) -> dict[tuple[str, str], str]:
+        """``{(kind, name): why}`` for every object an HPA or a KEDA ScaledObject scales in
+        ``namespace`` (two list calls, whatever the number of targets there)."""
         timeout = self._retry.request_timeout_s
 
         async def hpas() -> Any:
@@ -168,6 +216,7 @@ class ScaleClient:
                 "keda.sh", "v1alpha1", namespace, "scaledobjects", _request_timeout=timeout
             )
 
+        owners: dict[tuple[str, str], str] = {}
         try:
             so_list = await with_retries(
                 scaled_objects,
@@ -180,14 +229,6 @@ class ScaleClient:
             if err.status != 404:  # 404: KEDA's CRD is not installed
                 raise _permanent(f"list ScaledObjects in {namespace}", err) from None
             so_list = {"items": []}
-        for so in so_list.get("items") or []:
-            ref = (so.get("spec") or {}).get("scaleTargetRef") or {}
-            if ref.get("name") == name and ref.get("kind", "Deployment") == kind:
-                raise OwnershipError(
-                    f"{kind} {namespace}/{name} is scaled by KEDA ScaledObject "
-                    f"{namespace}/{so['metadata']['name']}; refusing to write replicas in "
-                    "direct mode (remove the ScaledObject, or use mode keda or advisory)"
-                )
         try:
             hpa_list = await with_retries(
                 hpas,
@@ -198,14 +239,28 @@ class ScaleClient:
             )
         except ApiException as err:
             raise _permanent(f"list HorizontalPodAutoscalers in {namespace}", err) from None
-        for hpa in hpa_list.items or []:
+        for hpa in reversed(hpa_list.items or []):
             ref = hpa.spec.scale_target_ref
-            if ref.name == name and ref.kind == kind:
-                raise OwnershipError(
-                    f"{kind} {namespace}/{name} is scaled by HorizontalPodAutoscaler "
-                    f"{namespace}/{hpa.metadata.name}; refusing to write replicas in direct "
-                    "mode (delete the HPA, or use mode keda or advisory)"
-                )
+            owners[(ref.kind, ref.name)] = (
+                f"{ref.kind} {namespace}/{ref.name} is scaled by HorizontalPodAutoscaler "
+                f"{namespace}/{hpa.metadata.name}; refusing to write replicas in direct "
+                "mode (delete the HPA, or use mode keda or advisory)"
+            )
+        for so in reversed(so_list.get("items") or []):
+            ref = (so.get("spec") or {}).get("scaleTargetRef") or {}
+            kind, name = str(ref.get("kind", "Deployment")), str(ref.get("name"))
+            owners[(kind, name)] = (
+                f"{kind} {namespace}/{name} is scaled by KEDA ScaledObject "
+                f"{namespace}/{so['metadata']['name']}; refusing to write replicas in "
+                "direct mode (remove the ScaledObject, or use mode keda or advisory)"
+            )
+        return owners
+
+    async def check_ownership(self, kind: Kind, namespace: str, name: str) -> None:
+        """Raise `OwnershipError` when an HPA or a KEDA ScaledObject targets this object."""
+        why = (await self.list_owners(namespace)).get((kind, name))
+        if why is not None:
+            raise OwnershipError(why)
 
 
 def _info(scale: Any) -> ScaleInfo:

@@ -19,15 +19,11 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.errors import PermanentError
-from autoscaler.kube.names import COMPONENT
+from autoscaler.kube.gpu import POOL_LABELS, template_gpu
 from autoscaler.kube.retry import describe, read_json
 from autoscaler.store.base import TargetSpec
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.9"
-POOL_LABELS: Mapping[str, str] = {
-    "app.kubernetes.io/managed-by": COMPONENT,
-    "app.kubernetes.io/component": "warm-pool",
-}
 RESOURCE_LABEL = "autoscaling.llmscaler.io/gpu-resource"
 LOW_PRIORITY_VALUE = -10
 PEAK_PRIORITY_VALUE = -1
@@ -200,8 +196,6 @@ class WarmPoolManager:
         wp = spec.policy.warm_pool
         if not wp.enabled:
             return
-        from autoscaler.kube.capacity import template_gpu
-
         ref = spec.scale_target_ref
         read = (
             self._apps.read_namespaced_deployment

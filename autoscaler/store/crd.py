@@ -218,6 +218,9 @@ class CrdPolicyStore:
                     rv = raw["metadata"]["resourceVersion"]
                     yield self._accept(list(objects.values()))
                 w = watch.Watch()
+                # Client-side bound: connect within the request timeout; a stream silent
+                # past the server's own timeout is a dead connection.
+                wt = (self._retry.request_timeout_s, self._watch_timeout_s + 30)
                 try:
                     if self.namespace is None:
                         stream = w.stream(
@@ -228,6 +231,7 @@ class CrdPolicyStore:
                             resource_version=rv,
                             allow_watch_bookmarks=True,
                             timeout_seconds=self._watch_timeout_s,
+                            _request_timeout=wt,
                         )
                     else:
                         stream = w.stream(
@@ -239,9 +243,15 @@ class CrdPolicyStore:
                             resource_version=rv,
                             allow_watch_bookmarks=True,
                             timeout_seconds=self._watch_timeout_s,
+                            _request_timeout=wt,
                         )
                     async for event in stream:
-                        obj = event["raw_object"]
+                        obj = event.get("raw_object") if isinstance(event, dict) else None
+                        if not isinstance(obj, dict) or "metadata" not in obj:
+                            # kubernetes-asyncio hands back a non-JSON line as a raw string
+                            # (e.g. an error page while the API server answers 429).
+                            log.warning("malformed watch event skipped", line=str(event)[:200])
+                            continue
                         rv = obj["metadata"]["resourceVersion"]
                         if event["type"] == "BOOKMARK":
                             continue
@@ -262,6 +272,12 @@ class CrdPolicyStore:
                 await self._sleep(backoff_s(min(failures, 6), self._retry, self._rand))
             except (TimeoutError, aiohttp.ClientError, TemporaryError):
                 failures += 1
+                await self._sleep(backoff_s(min(failures, 6), self._retry, self._rand))
+            except Exception as err:
+                # A malformed answer (kubernetes-asyncio raises a bare Exception for JSON
+                # without type/object): log it and resume; the policy watch never ends.
+                failures += 1
+                log.warning("policy watch error; resuming", error=repr(err))
                 await self._sleep(backoff_s(min(failures, 6), self._retry, self._rand))
 
     # ----------------------------------------------------------------- status

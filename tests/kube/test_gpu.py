@@ -9,6 +9,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.domain import Decision, Reason, TargetRef
 from autoscaler.errors import PermanentError
+from autoscaler.kube.cache import ClusterCache
 from autoscaler.kube.capacity import GpuCapacity, template_gpu
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.events import EventRecorder
@@ -97,17 +98,40 @@ async def test_caps_replicas_to_free_gpus_counting_pause_pods_as_free(
         "app.kubernetes.io/component": "warm-pool",
     }
     kapi.create("pods", placed_pod("pause-1", "n1", "2", pool))
-    cap = GpuCapacity(kclient)
-    report = await cap.report(target(provisionable=1))
-    assert report is not None
-    # n1: 8 - 2 - 2 - 2(pause) = 2 free + 2 held by pause -> 2 slots; n2: 4 - 3 = 1 -> 0.
-    assert (report.placed, report.free_slots, report.pause_slots) == (2, 2, 1)
-    assert await cap.max_replicas(target(provisionable=1), 2) == 2 + 2 + 1
+    cache = ClusterCache(kclient)
+    await cache.wait_synced()
+    try:
+        cap = GpuCapacity(cache)
+        report = await cap.report(target(provisionable=1))
+        assert report is not None
+        # n1: 8 - 2 - 2 - 2(pause) = 2 free + 2 held by pause -> 2 slots; n2: 4 - 3 = 1 -> 0.
+        assert (report.placed, report.free_slots, report.pause_slots) == (2, 2, 1)
+        assert await cap.max_replicas(target(provisionable=1), 2) == 2 + 2 + 1
+
+        # Kept incrementally: a batch pod leaving n2 frees one slot, a new node adds two.
+        kapi.delete("pods", "default", "batch")
+        kapi.create("nodes", node("n3", "4"))
+        await cache.pods.wait_for(lambda: ("default", "batch") not in cache.pods.items)
+        await cache.nodes.wait_for(lambda: "n3" in cache.gpus.nodes)
+        report = await cap.report(target(provisionable=1))
+        assert report is not None
+        assert (report.placed, report.free_slots, report.nodes) == (2, 2 + 2 + 2, 3)
+    finally:
+        await cache.stop()
+    # The capacity reads cost no request beyond the informers' list + watch.
+    assert {(c.verb, c.resource) for c in kapi.calls} <= {
+        (v, r) for v in ("list", "watch") for r in ("pods", "nodes", "deployments", "statefulsets")
+    }
 
 
 async def test_cpu_only_target_is_not_capped(kapi: LocalKubeAPI, kclient: ApiClient) -> None:
     kapi.create("deployments", deployment("llm"), "apps")
-    assert await GpuCapacity(kclient).max_replicas(target(), 1) is None
+    cache = ClusterCache(kclient)
+    await cache.wait_synced()
+    try:
+        assert await GpuCapacity(cache).max_replicas(target(), 1) is None
+    finally:
+        await cache.stop()
 
 
 async def test_warm_pool_created_then_resized_and_priority_patched(

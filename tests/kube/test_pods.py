@@ -1,5 +1,6 @@
-"""PodWatcher against the local API: ready URLs, pending count, cold starts, and watches
-that drop or expire without losing a pod."""
+"""The shared pod informer and per-target views against the local API: ready URLs,
+pending count, cold starts, and watches that drop, expire or carry garbage without losing
+a pod -- with one pod list + watch for every target."""
 
 from __future__ import annotations
 
@@ -7,110 +8,158 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.kube.config import api_client_for
+from autoscaler.kube.informer import Informer
 from autoscaler.kube.localapi import METRICS_PORT_ANNOTATION, LocalKubeAPI
-from autoscaler.kube.pods import PodSnapshot, PodWatcher
+from autoscaler.kube.pods import PodIndex, PodRecord, PodSnapshot, TargetPods, pod_record
 from tests.kube.conftest import FakeSleep, uncovered_calls
 
 
-def pod(name: str, app: str = "llm", created: str = "2024-05-01T10:00:00Z") -> dict[str, Any]:
+def pod(name: str, app: str = "llm", namespace: str = "default") -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": app}},
         "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
         "status": {"phase": "Pending"},
     }
 
 
+class Pods:
+    """A pod informer feeding a `PodIndex` (what `ClusterCache` wires up)."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self.informer: Informer[PodRecord] = Informer(
+            "pods",
+            client.CoreV1Api(api).list_pod_for_all_namespaces,
+            pod_record,
+            sleep=FakeSleep(),
+        )
+        self.index = PodIndex()
+        self.informer.add_handler(self.index.on_event)
+
+    def view(self, selector: str = "app=llm", namespace: str = "default") -> TargetPods:
+        return self.index.view(namespace, selector, 8000, "/metrics")
+
+    async def until(self, view: TargetPods, pred: Any) -> PodSnapshot:
+        await self.informer.wait_for(lambda: pred(view.snapshot()))
+        return view.snapshot()
+
+
 @pytest.fixture
-async def watcher(kclient: ApiClient) -> AsyncIterator[PodWatcher]:
-    w = PodWatcher(kclient, "default", "app=llm", metrics_port=8000, sleep=FakeSleep())
-    w.start()
-    await w.wait_until(lambda s: s.synced)
-    yield w
-    await w.stop()
+async def pods(kclient: ApiClient) -> AsyncIterator[Pods]:
+    p = Pods(kclient)
+    p.informer.start()
+    await p.informer.wait_synced()
+    yield p
+    await p.informer.stop()
 
 
 def names(s: PodSnapshot) -> set[str]:
     return {p.name for p in s.pods}
 
 
-async def test_reports_ready_urls_and_pending_pods(kapi: LocalKubeAPI, watcher: PodWatcher) -> None:
+async def test_reports_ready_urls_and_pending_pods(kapi: LocalKubeAPI, pods: Pods) -> None:
+    view = pods.view()
     kapi.create("pods", pod("a"))
     kapi.create("pods", pod("b"))
     kapi.create("pods", pod("other", app="db"))
+    kapi.create("pods", pod("elsewhere", namespace="other"))
     kapi.mark_pod_ready("default", "a", ip="10.1.0.7")
-    snap = await watcher.wait_until(lambda s: s.ready == 1 and s.pending == 1)
+    snap = await pods.until(view, lambda s: s.ready == 1 and s.pending == 1)
     assert snap.ready_urls == ("http://10.1.0.7:8000/metrics",)
     assert names(snap) == {"a", "b"}
 
 
-async def test_port_annotation_overrides_metrics_port(
-    kapi: LocalKubeAPI, watcher: PodWatcher
+async def test_view_made_after_the_pods_exist_sees_them(kapi: LocalKubeAPI, pods: Pods) -> None:
+    kapi.create("pods", pod("a"))
+    kapi.create("pods", pod("b", app="db"))
+    await pods.informer.wait_for(lambda: len(pods.informer.items) == 2)
+    assert names(pods.view().snapshot()) == {"a"}
+    assert names(pods.view("app=db").snapshot()) == {"b"}
+
+
+async def test_pod_relabelled_out_of_the_selector_leaves_the_view(
+    kapi: LocalKubeAPI, pods: Pods
 ) -> None:
+    view = pods.view()
+    created = kapi.create("pods", pod("a"))
+    await pods.until(view, lambda s: names(s) == {"a"})
+    created["metadata"]["labels"] = {"app": "db"}
+    kapi.update("pods", created)
+    snap = await pods.until(view, lambda s: not s.pods)
+    assert snap.pods == ()
+
+
+async def test_port_annotation_overrides_metrics_port(kapi: LocalKubeAPI, pods: Pods) -> None:
+    view = pods.view()
     p = pod("a")
     p["metadata"]["annotations"] = {METRICS_PORT_ANNOTATION: "41234"}
     kapi.create("pods", p)
     kapi.mark_pod_ready("default", "a", ip="127.0.0.1")
-    snap = await watcher.wait_until(lambda s: s.ready == 1)
+    snap = await pods.until(view, lambda s: s.ready == 1)
     assert snap.ready_urls == ("http://127.0.0.1:41234/metrics",)
 
 
 async def test_learns_cold_start_from_creation_to_ready() -> None:
     now = [1_700_000_000.0]
     async with LocalKubeAPI(port=0, clock=lambda: now[0]) as api, api_client_for(api.url) as c:
-        w = PodWatcher(c, "default", "app=llm", sleep=FakeSleep())
-        w.start()
+        pods = Pods(c)
+        pods.informer.start()
+        view = pods.view()
         try:
-            await w.wait_until(lambda s: s.synced)
+            await pods.informer.wait_synced()
             api.create("pods", pod("a"))
             api.create("pods", pod("b"))
             now[0] += 42
             api.mark_pod_ready("default", "a")
             now[0] += 30
             api.mark_pod_ready("default", "b")
-            snap = await w.wait_until(lambda s: len(s.cold_start_samples_s) == 2)
+            snap = await pods.until(view, lambda s: len(s.cold_start_samples_s) == 2)
             # A second Ready report of the same pod is not a second sample.
             api.mark_pod_ready("default", "a")
             api.create("pods", pod("c"))
-            await w.wait_until(lambda s: "c" in names(s))
+            await pods.until(view, lambda s: "c" in names(s))
         finally:
-            await w.stop()
+            await pods.informer.stop()
     assert uncovered_calls(api) == []
     assert sorted(snap.cold_start_samples_s) == [42.0, 72.0]
-    assert sorted(w.snapshot().cold_start_samples_s) == [42.0, 72.0]
+    assert sorted(view.snapshot().cold_start_samples_s) == [42.0, 72.0]
+    assert view.snapshot().cold_start_total == 2
 
 
 async def test_dropped_watch_resumes_from_resource_version_without_missing_pods(
-    kapi: LocalKubeAPI, watcher: PodWatcher
+    kapi: LocalKubeAPI, pods: Pods
 ) -> None:
+    view = pods.view()
     kapi.create("pods", pod("a"))
     kapi.create("pods", pod("b"))
-    await watcher.wait_until(lambda s: names(s) == {"a", "b"})
-    # The stream closes; these changes happen before the watcher reconnects.
+    await pods.until(view, lambda s: names(s) == {"a", "b"})
+    # The stream closes; these changes happen before the informer reconnects.
     kapi.drop_all_watches()
     kapi.create("pods", pod("c"))
     kapi.delete("pods", "default", "a")
     kapi.mark_pod_ready("default", "b", ip="10.0.0.2")
-    snap = await watcher.wait_until(lambda s: names(s) == {"b", "c"} and s.ready == 1)
-    assert watcher.relists == 1  # resumed, not re-listed
-    assert watcher.reconnects >= 1
+    snap = await pods.until(view, lambda s: names(s) == {"b", "c"} and s.ready == 1)
+    assert pods.informer.lists == 1  # resumed, not re-listed
+    assert pods.informer.watches >= 2
     assert snap.ready_urls == ("http://10.0.0.2:8000/metrics",)
 
 
 async def test_expired_watch_relists_and_drops_pods_deleted_meanwhile(
-    kapi: LocalKubeAPI, watcher: PodWatcher
+    kapi: LocalKubeAPI, pods: Pods
 ) -> None:
+    view = pods.view()
     kapi.create("pods", pod("a"))
     kapi.create("pods", pod("b"))
-    await watcher.wait_until(lambda s: names(s) == {"a", "b"})
+    await pods.until(view, lambda s: names(s) == {"a", "b"})
     kapi.drop_all_watches()
     kapi.delete("pods", "default", "a")
     kapi.create("pods", pod("c"))
     kapi.compact()  # the gap is gone from history: the resume gets 410
-    snap = await watcher.wait_until(lambda s: names(s) == {"b", "c"})
-    assert watcher.relists == 2
+    snap = await pods.until(view, lambda s: names(s) == {"b", "c"})
+    assert pods.informer.lists == 2
     assert snap.synced
 
 
@@ -118,19 +167,51 @@ async def test_watch_dropped_after_some_events_misses_nothing(
     kapi: LocalKubeAPI, kclient: ApiClient
 ) -> None:
     kapi.drop_watches("/pods", after_events=1, times=3)
-    w = PodWatcher(kclient, "default", "app=llm", sleep=FakeSleep())
-    w.start()
+    pods = Pods(kclient)
+    pods.informer.start()
+    view = pods.view()
     try:
-        await w.wait_until(lambda s: s.synced)
+        await pods.informer.wait_synced()
         for i in range(6):
             kapi.create("pods", pod(f"p{i}"))
-        snap = await w.wait_until(lambda s: len(s.pods) == 6)
+        snap = await pods.until(view, lambda s: len(s.pods) == 6)
     finally:
-        await w.stop()
+        await pods.informer.stop()
     assert names(snap) == {f"p{i}" for i in range(6)}
-    assert w.reconnects >= 3
+    assert pods.informer.watches >= 4
 
 
-async def test_rejects_empty_selector(kclient: ApiClient) -> None:
+@pytest.mark.parametrize(
+    "garbage",
+    ["Too many requests, please try again later.", '{"kind": "Status"}', "[1, 2]", "null"],
+)
+async def test_malformed_watch_line_is_skipped_and_the_watch_goes_on(
+    kapi: LocalKubeAPI, kclient: ApiClient, garbage: str
+) -> None:
+    kapi.garble_watches("/pods", garbage)
+    pods = Pods(kclient)
+    pods.informer.start()
+    view = pods.view()
+    try:
+        await pods.informer.wait_synced()
+        kapi.create("pods", pod("a"))
+        snap = await pods.until(view, lambda s: names(s) == {"a"})
+    finally:
+        await pods.informer.stop()
+    assert snap.synced
+    assert pods.informer.malformed == 1
+    assert (pods.informer.lists, pods.informer.watches) == (1, 1)  # the same stream
+
+
+async def test_one_pod_list_and_watch_serve_every_target(kapi: LocalKubeAPI, pods: Pods) -> None:
+    views = [pods.view(f"app=m{i}") for i in range(20)]
+    for i in range(20):
+        kapi.create("pods", pod(f"m{i}-0", app=f"m{i}"))
+    await pods.informer.wait_for(lambda: all(len(v.snapshot().pods) == 1 for v in views))
+    pod_calls = [c for c in kapi.calls if c.resource == "pods"]
+    assert sorted(c.verb for c in pod_calls) == ["list", "watch"]
+
+
+def test_rejects_empty_selector() -> None:
     with pytest.raises(ValueError, match="label_selector"):
-        PodWatcher(kclient, "default", "")
+        TargetPods("default", "", 8000, "/metrics")

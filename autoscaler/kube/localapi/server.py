@@ -32,13 +32,13 @@ from aiohttp import web
 
 from autoscaler.kube.localapi.patch import SUPPORTED, PatchError, apply_patch
 from autoscaler.kube.localapi.resources import BY_PATH, RESOURCES, ResourceType
-from autoscaler.kube.localapi.selectors import (
+from autoscaler.kube.names import METRICS_PORT_ANNOTATION
+from autoscaler.kube.selectors import (
     SelectorError,
     parse_field_selector,
     parse_label_selector,
     selector_string,
 )
-from autoscaler.kube.names import METRICS_PORT_ANNOTATION
 
 Obj = dict[str, Any]
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -224,6 +224,7 @@ class LocalKubeAPI:
         self.calls: list[ApiCall] = []
         self.faults: list[Fault] = []
         self._drops: list[_WatchDrop] = []
+        self._garbage: list[list[Any]] = []  # [path_contains, line, times]
         self._objects: dict[ResourceType, dict[tuple[str, str], Obj]] = {r: {} for r in RESOURCES}
         self._rv = 100
         self._history: deque[tuple[int, ResourceType, str, Obj | None, Obj]] = deque(
@@ -287,6 +288,11 @@ class LocalKubeAPI:
     def drop_watches(self, path_contains: str, *, after_events: int = 0, times: int = 1) -> None:
         """The next ``times`` matching watch streams close after ``after_events`` events."""
         self._drops.append(_WatchDrop(path_contains, after_events, times))
+
+    def garble_watches(self, path_contains: str, line: str, *, times: int = 1) -> None:
+        """The next ``times`` matching watch streams first send ``line`` (not a watch
+        event: a raw string, an error page) and then go on as usual."""
+        self._garbage.append([path_contains, line, times])
 
     def compact(self) -> None:
         """Forget history: watches from an older resourceVersion get ``410 Gone``."""
@@ -746,6 +752,10 @@ class LocalKubeAPI:
             )
             await resp.write_eof()
             return resp
+        for g in self._garbage:
+            if g[2] > 0 and g[0] in request.path:
+                g[2] -= 1
+                await resp.write((g[1] + "\n").encode())
         self._watchers.append(w)
         if rv_param == "0":
             for o in sorted(

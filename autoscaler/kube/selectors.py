@@ -1,0 +1,119 @@
+"""Label and field selectors with the Kubernetes string syntax (the controller and the
+local API endpoint share these semantics).
+
+Label: ``a=b``, ``a==b``, ``a!=b``, ``a in (x,y)``, ``a notin (x)``, ``a``, ``!a``;
+requirements are ANDed. Field: ``path=value``, ``path==value``, ``path!=value``
+on a small set of supported paths (as the real API only supports a few per resource).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Predicate = Callable[[Mapping[str, Any]], bool]
+
+_SET_RE = re.compile(r"^\s*([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+_EQ_RE = re.compile(r"^\s*([\w./-]+)\s*(==|=|!=)\s*([\w./-]*)\s*$")
+_EXISTS_RE = re.compile(r"^\s*(!?)\s*([\w./-]+)\s*$")
+
+FIELD_PATHS: frozenset[str] = frozenset(
+    {"metadata.name", "metadata.namespace", "status.phase", "spec.nodeName"}
+)
+
+
+class SelectorError(ValueError):
+    """An unparsable selector (the API answers 400 BadRequest)."""
+
+
+def _split_requirements(text: str) -> list[str]:
+    """Split on commas outside parentheses."""
+    parts: list[str] = []
+    depth = 0
+    cur: list[str] = []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p for p in (x.strip() for x in parts) if p]
+
+
+def _label_requirement(req: str) -> Callable[[Mapping[str, str]], bool]:
+    if m := _SET_RE.match(req):
+        key, op = m.group(1), m.group(2)
+        values = frozenset(v.strip() for v in m.group(3).split(",") if v.strip())
+        if op == "in":
+            return lambda labels: labels.get(key) in values
+        return lambda labels: labels.get(key) not in values
+    if m := _EQ_RE.match(req):
+        key, op, value = m.group(1), m.group(2), m.group(3)
+        if op == "!=":
+            return lambda labels: labels.get(key) != value
+        return lambda labels: labels.get(key) == value
+    if m := _EXISTS_RE.match(req):
+        key = m.group(2)
+        if m.group(1) == "!":
+            return lambda labels: key not in labels
+        return lambda labels: key in labels
+    raise SelectorError(f"unable to parse requirement: {req!r}")
+
+
+def parse_label_selector(text: str | None) -> Callable[[Mapping[str, str]], bool]:
+    """Compile a label selector string to a predicate over a labels mapping."""
+    checks: list[Callable[[Mapping[str, str]], bool]] = []
+    for req in _split_requirements(text or ""):
+        checks.append(_label_requirement(req))
+    return lambda labels: all(c(labels) for c in checks)
+
+
+def _field_value(obj: Mapping[str, Any], path: str) -> str:
+    cur: Any = obj
+    for part in path.split("."):
+        cur = cur.get(part) if isinstance(cur, Mapping) else None
+    return "" if cur is None else str(cur)
+
+
+def _field_requirement(path: str, negate: bool, value: str) -> Predicate:
+    if negate:
+        return lambda obj: _field_value(obj, path) != value
+    return lambda obj: _field_value(obj, path) == value
+
+
+def parse_field_selector(text: str | None) -> Predicate:
+    """Compile a field selector (only the paths in `FIELD_PATHS`, like the real API)."""
+    checks: list[Predicate] = []
+    for req in _split_requirements(text or ""):
+        m = _EQ_RE.match(req)
+        if m is None:
+            raise SelectorError(f"invalid field selector requirement: {req!r}")
+        path, op, value = m.group(1), m.group(2), m.group(3)
+        if path not in FIELD_PATHS:
+            raise SelectorError(f'field label not supported: "{path}"')
+        checks.append(_field_requirement(path, op == "!=", value))
+    return lambda obj: all(c(obj) for c in checks)
+
+
+def selector_string(selector: Mapping[str, Any] | None) -> str:
+    """A LabelSelector object (matchLabels/matchExpressions) as its string form."""
+    if not selector:
+        return ""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if op == "In":
+            parts.append(f"{key} in ({','.join(values)})")
+        elif op == "NotIn":
+            parts.append(f"{key} notin ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+    return ",".join(parts)

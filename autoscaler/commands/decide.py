@@ -4,7 +4,9 @@ Each input line: ``{"t": 0, "current_replicas": 2, "ready_replicas": 2,
 "signals": {"waiting": 12}}``; optional ``pods_read``, ``capacity_max_replicas`` and
 ``forecast: {"horizon_s": 90, "signals": {...}}``. A signal absent from ``signals`` is
 missing data. Output: one JSON decision per input line. The replica count of each line is
-what the input says: the command does not assume its advice was applied.
+what the input says: the command does not assume its advice was applied. The first line is
+the first reconcile of the target: like a new HPA, its current count is recorded as a
+recommendation (no scale-down inside the first stabilisation window).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import IO, Any
 
 from autoscaler.domain import DecisionState, Forecast, Observation
 from autoscaler.errors import ConfigError
-from autoscaler.policy.core import decide
+from autoscaler.policy.core import decide, initial_state
 from autoscaler.policy.schema import Policy, load_policy
 from autoscaler.settings import read_config_file
 
@@ -87,7 +89,7 @@ def parse_observation(line_no: int, record: Mapping[str, Any]) -> Observation:
 
 def replay(policy: Policy, lines: IO[str]) -> Iterator[dict[str, object]]:
     """Decisions for each non-empty line; raises ConfigError on the first bad line."""
-    state = DecisionState()
+    state: DecisionState | None = None
     for line_no, text in enumerate(lines, start=1):
         if not text.strip():
             continue
@@ -96,6 +98,8 @@ def replay(policy: Policy, lines: IO[str]) -> Iterator[dict[str, object]]:
         except json.JSONDecodeError as err:
             raise ConfigError(f"line {line_no}: not valid JSON ({err.msg})") from None
         obs = parse_observation(line_no, record)
+        if state is None:  # the first line is the first reconcile: HPA's initial recommendation
+            state = initial_state(obs.current_replicas, obs.t)
         decision, state = decide(policy, obs, state, obs.t)
         yield decision.to_dict()
 

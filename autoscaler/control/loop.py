@@ -26,7 +26,7 @@ from autoscaler.control.state import ControllerState, TargetStatus
 from autoscaler.domain import Decision, DecisionState, Forecast, Observation, TargetRef
 from autoscaler.errors import ActuationError, AutoscalerError, ConflictError
 from autoscaler.logging import get_logger
-from autoscaler.policy.core import decide
+from autoscaler.policy.core import decide, initial_state
 from autoscaler.store.base import StoredTarget, TargetSpec
 
 log = get_logger(__name__)
@@ -163,7 +163,9 @@ class ControlLoop:
             planner.update(now, reading.signals, view)
             forecast = planner.forecast(now)
         obs = _observation(now, view, reading, forecast)
-        prev = self._decision_states.get(ref, DecisionState())
+        prev = self._decision_states.get(ref)
+        if prev is None:  # first reconcile here (new target, restart, new leader): HPA's
+            prev = initial_state(obs.current_replicas, now)  # initial recommendation
         decision, new_state = decide(spec.policy, obs, prev, now)
 
         can_write = self.leader.is_leader and spec.mode == "direct" and not self.dry_run

@@ -6,12 +6,12 @@ Pure: no I/O, no clock, no asyncio. Semantics, in order of application:
    ``Value`` asks ``ceil(ready * value / target)``; within the tolerance band the metric
    asks for the current count. A forecast at ``now + horizon`` is evaluated the same way
    and the larger of now and forecast wins. Several metrics: the largest wins.
-2. Missing data is never zero. All metrics missing: hold (or KEDA ``fallback`` after
-   ``failureThreshold`` consecutive failed reads). Some missing, or pods unread: the rest
-   may scale up, never down.
+2. Missing data is never zero. All metrics missing: hold (or KEDA ``fallback`` once the
+   consecutive failed reads exceed ``failureThreshold``; an active fallback also activates
+   a target at zero). Some missing, or pods unread: the rest may scale up, never down.
 3. KEDA activation: a metric above ``activationTarget`` (strictly) makes the target active;
    from zero/idle an active target goes to ``max(minReplicaCount, 1)``; an inactive one
-   goes to ``idleReplicaCount`` (or 0 when ``minReplicaCount`` is 0) only after
+   goes to ``idleReplicaCount`` (or 0 when ``minReplicaCount`` is 0) only strictly after
    ``cooldownPeriod`` since it was last active.
 4. Knative KPA panic (optional): demand averaged over the panic window asking for
    ``threshold`` x ready replicas skips the scale-up stabilisation window and forbids
@@ -61,6 +61,12 @@ class _Ask:
     tolerated: bool = False  # the tolerance band kept the current count
 
 
+def _within_tolerance(ratio: float, up: Rules, down: Rules) -> bool:
+    """HPA's tolerance band around a usage ratio of 1 (per direction, as HPA 1.33)."""
+    tolerance = up.tolerance if ratio > 1 else down.tolerance
+    return abs(1.0 - ratio) <= tolerance + _EPS
+
+
 def _ask(spec: MetricSpec, value: float, obs: Observation, up: Rules, down: Rules) -> _Ask:
     """Replicas one metric value asks for, with HPA's tolerance band."""
     current = obs.current_replicas
@@ -71,11 +77,31 @@ def _ask(spec: MetricSpec, value: float, obs: Observation, up: Rules, down: Rule
         ready = obs.ready_replicas if obs.ready_replicas > 0 else current
         ratio = value / spec.target
         demand = ratio * ready if current > 0 else ratio
-    if current > 0:
-        tolerance = up.tolerance if ratio > 1 else down.tolerance
-        if abs(1.0 - ratio) <= tolerance + _EPS:
-            return _Ask(current, demand, tolerated=_ceil(demand) != current)
+    if current > 0 and _within_tolerance(ratio, up, down):
+        return _Ask(current, demand, tolerated=_ceil(demand) != current)
     return _Ask(_ceil(demand), demand)
+
+
+def _fallback_ask(replicas: int, current: int, up: Rules, down: Rules) -> int:
+    """What KEDA's fallback asks of the HPA: KEDA feeds ``target * fallback.replicas`` as an
+    ``AverageValue`` metric, so the HPA's tolerance band applies to it like any metric."""
+    if current > 0 and _within_tolerance(replicas / current, up, down):
+        return current
+    return replicas
+
+
+def initial_state(current_replicas: int, now: float) -> DecisionState:
+    """The state of a target on its first reconcile (new, after a restart or a leader change).
+
+    HPA ``recordInitialRecommendation`` (kubernetes#68826): the current count is recorded as
+    a recommendation, so nothing scales down inside the first scale-down stabilisation window
+    (nor up inside a scale-up window) just because the history of recommendations is empty.
+    """
+    return DecisionState(
+        recommendations=(TimedValue(now, float(current_replicas)),),
+        last_replicas=current_replicas,
+        last_active_t=now,
+    )
 
 
 def _prediction_on(policy: Policy, obs: Observation) -> bool:
@@ -297,7 +323,8 @@ def _keda_scale_executor(
         assert state.last_active_t is not None
         if cur <= idle_target:
             return cur, Reason.IDLE, False
-        if now - state.last_active_t >= policy.cooldown_period:
+        # KEDA scaleToZero: lastActiveTime + cooldownPeriod strictly before now.
+        if now - state.last_active_t > policy.cooldown_period:
             return idle_target, Reason.IDLE, False
         cooling = True
     if cur <= idle_target:
@@ -340,7 +367,8 @@ def decide(
     active = any(r.active for r in recs)
     if active:
         state = replace(state, last_active_t=now)
-    fallback_on = policy.fallback is not None and failures >= policy.fallback.failure_threshold
+    # KEDA pkg/fallback: NumberOfFailures strictly greater than failureThreshold.
+    fallback_on = policy.fallback is not None and failures > policy.fallback.failure_threshold
 
     limits: list[Reason] = []
     valid = [_combined(r) for r in recs if not r.missing]
@@ -359,8 +387,9 @@ def decide(
     reason_hint: Reason | None = None
     if fallback_on and missing:
         assert policy.fallback is not None
-        if policy.fallback.replicas >= raw:
-            raw = policy.fallback.replicas
+        fallback_ask = _fallback_ask(policy.fallback.replicas, cur, up, down)
+        if fallback_ask >= raw:  # HPA: the largest metric wins, the fallback is one metric
+            raw = fallback_ask
             reason_hint = Reason.FALLBACK
     elif (missing or not obs.complete) and raw < cur:
         raw = cur
@@ -370,7 +399,12 @@ def decide(
     ctx = _Ctx(policy, obs, now, recs, numbers, active, raw)
 
     hpa_min = max(policy.min_replica_count, 1)
-    keda = _keda_scale_executor(policy, cur, active, not missing and obs.complete, state, now)
+    # KEDA isActiveOrFallback: an active fallback activates a target at zero/idle (0 -> 1,
+    # then the HPA part takes it to fallback.replicas).
+    fallback_active = fallback_on and policy.fallback is not None and policy.fallback.replicas > 0
+    keda = _keda_scale_executor(
+        policy, cur, active or fallback_active, not missing and obs.complete, state, now
+    )
     if keda is not None:
         desired, reason, cooling = keda
         if cooling:

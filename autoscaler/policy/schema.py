@@ -56,7 +56,8 @@ class ScalingRules(_Model):
 
     stabilization_window_seconds: int | None = Field(default=None, ge=0, le=3600)
     select_policy: Literal["Max", "Min", "Disabled"] | None = None
-    tolerance: float | None = Field(default=None, ge=0, lt=1)
+    # HPA validation only requires >= 0 (its own tests use 2.0: never scale in that direction).
+    tolerance: float | None = Field(default=None, ge=0)
     policies: tuple[ScalingPolicy, ...] | None = None
 
 

@@ -217,3 +217,32 @@ async def test_early_wakeup_does_not_skip_a_target_polled_every_tick() -> None:
         await loop.tick()
         await clock.advance(0.999)  # each tick wakes a millisecond early
     assert signals.reads == 10
+
+
+async def test_restart_mid_scale_down_window_does_not_scale_down() -> None:
+    # HPA recordInitialRecommendation (kubernetes#68826): a restarted controller records the
+    # current count as a recommendation, so it cannot scale down inside its first window.
+    loop, cluster, signals, _, clock = make()
+    cluster.replicas = 8
+    signals.values = {"waiting": 32}
+    await loop.tick()
+    await clock.advance(100.0)
+    signals.values = {"waiting": 4}  # asks for 1; the 300 s window keeps 8
+    [d] = await loop.tick()
+    assert d.desired_replicas == 8 and d.reason == Reason.STABILIZED
+    # Restart at t=200: a new loop with no memory, same cluster, same clock.
+    await clock.advance(100.0)
+    spec = TargetSpec(
+        ref=REF, policy=load_policy({"metrics": [{"signal": "waiting", "target": 4}]})
+    )
+    restarted = ControlLoop(ControllerState(), cluster, signals, clock=clock)
+    restarted.set_targets([StoredTarget(spec, "1")])
+    held = []
+    for t in (200.0, 350.0, 499.0):  # inside the window that starts at the restart
+        await clock.advance(t - clock.now())
+        [d] = await restarted.tick()
+        held.append(d.desired_replicas)
+    assert held == [8, 8, 8] and cluster.writes == []
+    await clock.advance(501.0 - clock.now())
+    [d] = await restarted.tick()
+    assert d.desired_replicas == 1 and cluster.writes == [1]

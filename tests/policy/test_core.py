@@ -385,10 +385,11 @@ def test_fallback_after_failure_threshold() -> None:
         "fallback": {"failureThreshold": 3, "replicas": 10},
         "maxReplicaCount": 20,
     }
-    decisions = run(policy, [Tick(t, 2, {}) for t in range(4)])
-    assert [d.desired_replicas for d in decisions] == [2, 2, 6, 6]
-    assert decisions[2].reason == Reason.FALLBACK
-    assert Reason.RATE_LIMITED in decisions[2].limits
+    # KEDA pkg/fallback: failures strictly greater than the threshold (see test_upstream.py)
+    decisions = run(policy, [Tick(t, 2, {}) for t in range(5)])
+    assert [d.desired_replicas for d in decisions] == [2, 2, 2, 6, 6]
+    assert decisions[3].reason == Reason.FALLBACK
+    assert Reason.RATE_LIMITED in decisions[3].limits
 
 
 def test_fallback_counter_resets_after_a_good_read() -> None:

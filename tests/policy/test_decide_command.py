@@ -94,3 +94,17 @@ def test_bundled_example_replays(tmp_path: Path) -> None:
     reasons = {json.loads(x)["reason"] for x in proc.stdout.splitlines()}
     assert {"hold-missing-data", "scale-down"} <= reasons
     assert reasons & {"scale-up", "panic"}
+
+
+def test_first_line_is_an_initial_recommendation_no_scale_down_in_first_window(
+    tmp_path: Path,
+) -> None:
+    # HPA recordInitialRecommendation (kubernetes#68826): the replay starts like a new HPA.
+    lines = [
+        json.dumps({"t": t, "current_replicas": 6, "signals": {"waiting": 0}})
+        for t in (0, 150, 299, 301)
+    ]
+    proc = _run(tmp_path, POLICY, lines)
+    assert proc.returncode == 0, proc.stderr
+    desired = [json.loads(x)["desired_replicas"] for x in proc.stdout.splitlines()]
+    assert desired == [6, 6, 6, 1]

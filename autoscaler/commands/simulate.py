@@ -19,7 +19,17 @@ def register(subparsers: Any) -> None:
         "policies on the same trace, cluster and seed.",
     )
     p.add_argument("--trace", required=True, help="Azure CSV (.csv/.csv.gz) or JSONL trace")
-    p.add_argument("--policy", default="all", help="'all' or comma-separated policy names")
+    p.add_argument(
+        "--policy",
+        default="all",
+        help="'all' or comma-separated policy names; 'oracle' adds the clairvoyant bound",
+    )
+    p.add_argument(
+        "--static-sweep",
+        default=None,
+        metavar="A..B",
+        help="also run fixed fleets of A..B replicas (rows static-A .. static-B)",
+    )
     p.add_argument("--profile", default="8b-h100", help="hardware profile of a replica")
     p.add_argument("--slo-ttft-s", type=float, default=0.5, help="TTFT SLO per request")
     p.add_argument(
@@ -55,7 +65,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from autoscaler.sim.cluster import ClusterConfig, parse_cold_start
-    from autoscaler.sim.compare import CompareConfig, run_policies
+    from autoscaler.sim.compare import (
+        CompareConfig,
+        oracle_report,
+        parse_static_sweep,
+        run_comparison,
+    )
     from autoscaler.sim.policies import POLICY_NAMES
     from autoscaler.sim.replica import get_profile
     from autoscaler.sim.report import plot, print_table, write_json
@@ -66,11 +81,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.warm_pool < 0:
         raise ConfigError(f"--warm-pool: value {args.warm_pool} must be >= 0")
     names = list(POLICY_NAMES) if args.policy == "all" else args.policy.split(",")
+    with_oracle = "oracle" in names
+    names = [n for n in names if n != "oracle"]
     for name in names:
         if name not in POLICY_NAMES:
             raise ConfigError(
-                f"--policy: value {name!r} must be 'all' or one of {', '.join(POLICY_NAMES)}"
+                f"--policy: value {name!r} must be 'all', 'oracle' or one of "
+                f"{', '.join(POLICY_NAMES)}"
             )
+    if args.static_sweep is not None:
+        names += [f"static-{n}" for n in parse_static_sweep(args.static_sweep)]
     trace = load_trace(args.trace)
     if args.speed_up != 1.0:
         trace = speed_up(trace, args.speed_up)
@@ -106,14 +126,18 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     t0 = time.perf_counter()
-    results, static_n = run_policies(trace, names, cfg, progress)
-    wall = time.perf_counter() - t0
+    results, sizing = run_comparison(trace, names, cfg, progress)
     summaries = [r.summary() for r in results]
-    print_table(
-        summaries,
+    oracle = oracle_report(trace, cfg, sizing, summaries) if with_oracle else None
+    if oracle is not None:
+        summaries.append(oracle["row"])
+    wall = time.perf_counter() - t0
+    static_n = sizing.replicas
+    title = (
         f"{trace.name}: {len(trace)} requests, {cluster.profile.name}, "
-        f"TTFT SLO {args.slo_ttft_s:g} s, static-peak = {static_n} replicas",
+        f"TTFT SLO {args.slo_ttft_s:g} s, static-peak = {static_n} replicas"
     )
+    print_table(summaries, title + (f"\n{sizing.note}" if sizing.note else ""))
     if args.json is not None:
         write_json(
             args.json,
@@ -127,6 +151,8 @@ def _run(args: argparse.Namespace) -> int:
                 "price_per_gpu_hour": args.price_per_gpu_hour,
                 "seed": args.seed,
                 "static_peak_replicas": static_n,
+                "static_sizing": sizing.as_json(),
+                "oracle": None if oracle is None else oracle["detail"],
                 "wall_s": round(wall, 3),
                 "policies": {s["policy"]: s for s in summaries},
             },

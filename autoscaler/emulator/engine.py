@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 from bisect import bisect_left
 from collections.abc import Iterable
@@ -22,7 +23,7 @@ from typing import Final, Literal
 
 from autoscaler.emulator.clock import EmuClock
 from autoscaler.errors import ConfigError
-from autoscaler.sim.replica import HardwareProfile, Replica, StepEvents
+from autoscaler.sim.replica import HardwareProfile, Replica, StepEvents, context_limit_error
 
 FinishReason = Literal["stop", "length", "abort"]
 FINISH_REASONS: Final[tuple[FinishReason, ...]] = ("stop", "length", "abort")
@@ -158,18 +159,21 @@ class EmulatedEngine:
         profile: HardwareProfile,
         clock: EmuClock,
         *,
-        max_model_len: int = 32_768,
+        max_model_len: int | None = None,
         stream_interval_s: float = 0.02,
     ) -> None:
+        if max_model_len is None:
+            max_model_len = profile.max_model_len  # what the simulator's gateway enforces
         if max_model_len < 2:
             raise ConfigError(f"max_model_len: value {max_model_len} must be >= 2")
         if not stream_interval_s > 0:
             raise ConfigError(f"stream_interval_s: value {stream_interval_s} must be > 0")
-        self.profile = profile
+        # The replica model refuses by the profile's limit; carry an override into it.
+        self.profile = dataclasses.replace(profile, max_model_len=max_model_len)
         self.clock = clock
         self.max_model_len = max_model_len
         self.stream_interval_s = stream_interval_s
-        self.replica = Replica(profile, start_s=clock.now())
+        self.replica = Replica(self.profile, start_s=clock.now())
         self.steps = 0
         self.accepting = True
         self._ids = itertools.count(1)
@@ -244,13 +248,9 @@ class EmulatedEngine:
             raise RequestRejected(400, f"prompt: {prompt_tokens} tokens, must be >= 1")
         if max_tokens < 1:
             raise RequestRejected(400, f"max_tokens: value {max_tokens} must be >= 1")
-        if prompt_tokens + max_tokens > self.max_model_len:
-            raise RequestRejected(
-                400,
-                f"This model's maximum context length is {self.max_model_len} tokens. However,"
-                f" you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the"
-                f" messages, {max_tokens} in the completion).",
-            )
+        too_long = context_limit_error(self.max_model_len, prompt_tokens, max_tokens)
+        if too_long is not None:
+            raise RequestRejected(400, too_long)
         now = self.clock.now()
         st = RequestState(next(self._ids), prompt_tokens, max_tokens, now, stream, stop_at_max)
         if not self.replica.add_request(st.rid, prompt_tokens, max_tokens, now):

@@ -46,7 +46,7 @@ class ReplicaConfig:
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
     profile: HardwareProfile | str = "8b-h100"
     cold_start_s: float = 0.0  # emulated seconds before /health turns 200
-    max_model_len: int = 32_768
+    max_model_len: int | None = None  # None: the profile's (what the simulator enforces)
     naming: Naming = "v1"
     default_max_tokens: int = 64  # when the client sets none (finish_reason "stop")
     stream_interval_s: float = 0.02  # real seconds between streamed-token flushes
@@ -214,7 +214,7 @@ class EmulatedReplica:
             "owned_by": "vllm",
             "root": self.config.model,
             "parent": None,
-            "max_model_len": self.config.max_model_len,
+            "max_model_len": self.engine.max_model_len,
         }
         return web.json_response({"object": "list", "data": [model]})
 

@@ -62,9 +62,10 @@ class StaticPeak(_Base):
     name = "static-peak"
     poll_interval_s = 60.0
 
-    def __init__(self, replicas: int) -> None:
+    def __init__(self, replicas: int, name: str = "static-peak") -> None:
         super().__init__(replicas)
         self.replicas = replicas
+        self.name = name
 
     def desired(self, now: float, view: SimView) -> int:
         return self.replicas

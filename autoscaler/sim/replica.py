@@ -2,7 +2,17 @@
 
 Step time (DESIGN.md "Simulator replica model", derived in calibration.md section 6)::
 
-    t_step(ms) = T0 + alpha * B_dec + gamma * P_tok + beta * K_ctx / 1000
+    t_step(ms) = T0 + alpha * B_dec + gamma * (P_tok + A_pairs / attn_equiv_tokens)
+                 + beta * K_ctx / 1000
+
+``A_pairs`` is the causal attention work of the step's prefill chunks (a chunk of ``c``
+tokens after ``o`` already prefilled attends to ``c * o + c * (c + 1) / 2`` token pairs),
+so prefill cost grows super-linearly with the prompt. ``attn_equiv_tokens`` is the number
+of attention pairs that cost as much as one token of the linear layers (calibration.md
+section 1d: attention adds ~3% to an 8B prefill at 2k tokens, i.e. 2048 / (2 * 0.03)).
+
+Requests longer than ``max_model_len`` (prompt + output) are refused at admission as vLLM's
+API server does (HTTP 400; `context_limit_error` is the one rule the emulator uses too).
 
 Scheduling follows vLLM V1: every step, running decodes take one token each, partially
 prefilled requests take the next chunk of the token budget, then waiting requests are
@@ -59,6 +69,8 @@ class HardwareProfile:
     gpus_billed: float
     gpu_resource: str = "nvidia.com/gpu"
     block_size_tokens: int = 16
+    max_model_len: int = 8192  # Llama-3's context; vLLM refuses longer requests (400)
+    attn_equiv_tokens: float = 34_000.0  # attention pairs per linear-token cost (8B)
 
     def __post_init__(self) -> None:
         for name in ("t0_ms", "alpha_ms_per_seq", "beta_ms_per_1k_ctx"):
@@ -66,6 +78,11 @@ class HardwareProfile:
                 raise ConfigError(f"profile {self.name}: {name} must be >= 0")
         if self.gamma_ms_per_prefill_token <= 0 or self.t0_ms <= 0:
             raise ConfigError(f"profile {self.name}: t0_ms and gamma must be > 0")
+        if self.max_model_len < 2 or not self.attn_equiv_tokens > 0:
+            raise ConfigError(
+                f"profile {self.name}: max_model_len {self.max_model_len} must be >= 2 and "
+                f"attn_equiv_tokens {self.attn_equiv_tokens} > 0"
+            )
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < self.max_num_seqs:
             raise ConfigError(
                 f"profile {self.name}: max_num_batched_tokens {self.max_num_batched_tokens}"
@@ -76,21 +93,77 @@ class HardwareProfile:
     def kv_blocks(self) -> int:
         return self.kv_capacity_tokens // self.block_size_tokens
 
-    def step_ms(self, decoding: int, prefill_tokens: int, context_tokens: int) -> float:
+    def step_ms(
+        self, decoding: int, prefill_tokens: int, context_tokens: int, attn_pairs: float = 0.0
+    ) -> float:
         return (
             self.t0_ms
             + self.alpha_ms_per_seq * decoding
-            + self.gamma_ms_per_prefill_token * prefill_tokens
+            + self.gamma_ms_per_prefill_token
+            * (prefill_tokens + attn_pairs / self.attn_equiv_tokens)
             + self.beta_ms_per_1k_ctx * context_tokens / 1000.0
         )
+
+    def idle_ttft_s(self, prompt_tokens: int) -> float:
+        """TTFT of a request alone on an idle replica: its chunked prefill, nothing else.
+        No policy can serve it faster (the bound of SLO feasibility)."""
+        done = 0
+        total = 0.0
+        while done < prompt_tokens:
+            chunk = min(prompt_tokens - done, self.max_num_batched_tokens)
+            total += self.step_ms(0, chunk, done + chunk, attn_pairs=prefill_pairs(done, chunk))
+            done += chunk
+        return total / 1000.0
+
+
+def prefill_pairs(done: int, chunk: int) -> int:
+    """Causal attention pairs of prefilling ``chunk`` tokens after ``done`` tokens."""
+    return chunk * done + chunk * (chunk + 1) // 2
+
+
+def context_limit_error(max_model_len: int, prompt_tokens: int, output_tokens: int) -> str | None:
+    """vLLM's 400 for a request over the context window (None: within it). The simulator's
+    gateway and the HTTP emulator both refuse with this rule."""
+    if prompt_tokens + output_tokens <= max_model_len:
+        return None
+    return (
+        f"This model's maximum context length is {max_model_len} tokens. However, you"
+        f" requested {prompt_tokens + output_tokens} tokens ({prompt_tokens} in the messages,"
+        f" {output_tokens} in the completion)."
+    )
 
 
 PROFILES: dict[str, HardwareProfile] = {
     p.name: p
     for p in (
         HardwareProfile("8b-h100", 6.5, 0.015, 0.047, 0.029, 256, 8192, 445_000, 1.0),
+        # Llama-3.1-8B: the same engine with a 128k context window.
+        HardwareProfile(
+            "8b-h100-128k",
+            6.5,
+            0.015,
+            0.047,
+            0.029,
+            256,
+            8192,
+            445_000,
+            1.0,
+            max_model_len=131_072,
+        ),
         HardwareProfile("8b-a100", 10.5, 0.036, 0.077, 0.071, 256, 2048, 445_000, 1.0),
-        HardwareProfile("70b-h100-tp4", 17.0, 0.033, 0.029, 0.071, 256, 8192, 475_000, 4.0),
+        # 70B: linear FLOPs per token / attention FLOPs per pair is 1.87x the 8B ratio.
+        HardwareProfile(
+            "70b-h100-tp4",
+            17.0,
+            0.033,
+            0.029,
+            0.071,
+            256,
+            8192,
+            475_000,
+            4.0,
+            attn_equiv_tokens=63_600.0,
+        ),
         HardwareProfile(
             "8b-a100-mig-3g40gb",
             20.0,
@@ -211,12 +284,15 @@ class Replica:
 
     # ---------------------------------------------------------------- inputs / views
     def add_request(self, rid: int, prompt_tokens: int, output_tokens: int, now_s: float) -> bool:
-        """Queue a request; False (not queued) when it can never fit in the KV cache."""
+        """Queue a request; False (not queued) when it exceeds ``max_model_len`` or can
+        never fit in the KV cache (vLLM answers 400 to both)."""
         if prompt_tokens < 1 or output_tokens < 1:
             raise ConfigError(
                 f"request {rid}: prompt {prompt_tokens} and output {output_tokens} must be >= 1"
             )
-        if prompt_tokens + output_tokens > self.profile.kv_capacity_tokens:
+        if prompt_tokens + output_tokens > self.profile.kv_capacity_tokens or context_limit_error(
+            self.profile.max_model_len, prompt_tokens, output_tokens
+        ):
             return False
         if not self._running and not self._waiting and self.clock_s < now_s:
             self.clock_s = now_s  # idle engine: nothing happened in between
@@ -399,6 +475,7 @@ class Replica:
         budget = prof.max_num_batched_tokens - n_dec
         ctx_tokens = self._dec_ctx_base + n_dec * s
         prefill_tokens = 0
+        attn_pairs = 0
         chunks: list[tuple[_Seq, int]] = []
         # 2. continue partial prefills in admission order.
         for seq in self._prefilling:
@@ -430,6 +507,7 @@ class Replica:
             budget -= chunk
         for seq, chunk in chunks:
             prefill_tokens += chunk
+            attn_pairs += prefill_pairs(seq.computed, chunk)
             ctx_tokens += seq.computed + chunk
         if n_dec == 0 and not chunks:
             # Only stalled prefills hold the cache: preempt the newest, as vLLM does.
@@ -439,7 +517,8 @@ class Replica:
             dt = prof.t0_ms * self.step_time_scale / 1000.0
             self.clock_s += dt
             return dt
-        dt = prof.step_ms(n_dec, prefill_tokens, ctx_tokens) * self.step_time_scale / 1000.0
+        dt = prof.step_ms(n_dec, prefill_tokens, ctx_tokens, attn_pairs)
+        dt *= self.step_time_scale / 1000.0
         self.clock_s += dt
         self.busy_s += dt
         t = self.clock_s

@@ -19,11 +19,13 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("gpu_hours", "GPU-h"),
     ("cost_usd", "cost $"),
     ("slo_attainment", "SLO att."),
+    ("slo_attainment_feasible", "att. feasible"),
     ("slo_misses", "misses"),
     ("ttft_p50_s", "TTFT p50 s"),
     ("ttft_p99_s", "TTFT p99 s"),
     ("itl_p99_s", "ITL p99 s"),
     ("dropped", "dropped"),
+    ("rejected", "rejected"),
     ("scale_events", "scale ev."),
     ("max_replicas", "max rep."),
 )

@@ -20,7 +20,12 @@ import numpy as np
 from autoscaler.domain import Forecast, Observation
 from autoscaler.errors import ConfigError
 from autoscaler.sim.cluster import Cluster, ClusterConfig, Pod, PodState
-from autoscaler.sim.replica import ITL_BUCKETS_S, TTFT_BUCKETS_S, Replica
+from autoscaler.sim.replica import (
+    ITL_BUCKETS_S,
+    TTFT_BUCKETS_S,
+    HardwareProfile,
+    Replica,
+)
 from autoscaler.sim.traces import Trace
 
 TICK_S = 1.0
@@ -171,7 +176,7 @@ class SimResult:
     trace: str
     slo_ttft_s: float
     price_per_gpu_hour: float
-    ttft_s: np.ndarray  # inf for dropped requests
+    ttft_s: np.ndarray  # inf for dropped and rejected requests
     arrival_s: np.ndarray
     itl_samples: list[tuple[float, int]]
     gpu_hours: float
@@ -185,11 +190,23 @@ class SimResult:
     timeline_spec: list[int] = field(default_factory=list)
     timeline_ready: list[int] = field(default_factory=list)
     wall_s: float = 0.0
+    # refused at admission (over max_model_len or the KV cache): vLLM's HTTP 400
+    rejected: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    # admitted requests whose TTFT alone on an idle replica already exceeds the SLO
+    infeasible: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     def summary(self) -> dict[str, Any]:
+        """The per-policy JSON row (fields documented in docs/simulator.md)."""
         served = self.ttft_s[np.isfinite(self.ttft_s)]
         n = len(self.ttft_s)
-        ok = int(np.count_nonzero(self.ttft_s <= self.slo_ttft_s))
+        rejected = self.rejected if len(self.rejected) == n else np.zeros(n, dtype=bool)
+        infeasible = self.infeasible if len(self.infeasible) == n else np.zeros(n, dtype=bool)
+        met = self.ttft_s <= self.slo_ttft_s
+        admitted = n - int(rejected.sum())
+        ok = int(np.count_nonzero(met))
+        feasible = ~rejected & ~infeasible
+        n_feasible = int(feasible.sum())
+        ok_feasible = int(np.count_nonzero(met & feasible))
         itl_p99 = _weighted_quantile(self.itl_samples, 0.99)
         cs = np.asarray(self.cold_start_s) if self.cold_start_s else None
         return {
@@ -198,9 +215,12 @@ class SimResult:
             "gpu_hours": round(self.gpu_hours, 4),
             "cost_usd": round(self.gpu_hours * self.price_per_gpu_hour, 2),
             "requests": n,
+            "rejected": n - admitted,
             "slo_ttft_s": self.slo_ttft_s,
-            "slo_attainment": round(ok / n, 5) if n else None,
-            "slo_misses": n - ok,
+            "slo_attainment": round(ok / admitted, 5) if admitted else None,
+            "slo_misses": admitted - ok,
+            "slo_feasible_share": round(n_feasible / admitted, 5) if admitted else None,
+            "slo_attainment_feasible": (round(ok_feasible / n_feasible, 5) if n_feasible else None),
             "ttft_p50_s": _q(served, 0.50),
             "ttft_p99_s": _q(served, 0.99),
             "itl_p99_s": None if itl_p99 is None else round(itl_p99, 5),
@@ -227,6 +247,22 @@ def _weighted_quantile(samples: list[tuple[float, int]], q: float) -> float | No
     cum = np.cumsum(w)
     k = int(np.searchsorted(cum, q * cum[-1], side="left"))
     return float(d[min(k, len(d) - 1)])
+
+
+def admission(
+    trace: Trace, profile: HardwareProfile, slo_ttft_s: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rejected, infeasible) masks: refused like vLLM (over ``max_model_len`` or the KV
+    cache), and admitted but over the SLO even alone on an idle replica (no policy can
+    serve those in time). Idle TTFTs are computed once per distinct prompt length."""
+    prompt = trace.prompt_tokens
+    output = trace.output_tokens
+    total = prompt + output
+    rejected = (total > profile.max_model_len) | (total > profile.kv_capacity_tokens)
+    uniq, inv = np.unique(prompt, return_inverse=True)
+    idle = np.array([profile.idle_ttft_s(int(p)) for p in uniq], dtype=np.float64)[inv]
+    infeasible = ~rejected & (idle > slo_ttft_s)
+    return rejected, infeasible
 
 
 class _Totals:
@@ -290,7 +326,10 @@ def simulate(
     arr_list = arrival.tolist()
     ttft = np.full(n, np.inf)
     done = np.zeros(n, dtype=bool)
+    rejected, infeasible = admission(trace, config.profile, slo_ttft_s)
+    rejected_l = rejected.tolist()
     dropped_ids: set[int] = set()
+    refused_ids: set[int] = set()
     n_done = 0
     router_q: deque[int] = deque()
 
@@ -335,7 +374,7 @@ def simulate(
         assert best is not None and best.replica is not None
         best.replica.run_until(now)
         if not best.replica.add_request(rid, prompt[rid], output[rid], now):
-            dropped_ids.add(rid)
+            refused_ids.add(rid)  # `admission` refuses these first; kept as a guard
         return True
 
     def collect(rep: Replica) -> None:
@@ -352,7 +391,9 @@ def simulate(
         k += 1
         now = k * TICK_S
         while i < n and arr_list[i] < now:
-            if router_q or not route(i, arr_list[i]):
+            if rejected_l[i]:
+                pass  # the API server answers 400 at once; no replica sees it
+            elif router_q or not route(i, arr_list[i]):
                 router_q.append(i)
             i += 1
         for pod in cluster.live:
@@ -411,7 +452,12 @@ def simulate(
     for rid in dropped_ids:
         if not done[rid]:
             ttft[rid] = np.inf
+    dropped_ids -= refused_ids
     dropped = int(sum(1 for rid in dropped_ids if not done[rid]))
+    if refused_ids:
+        rejected = rejected.copy()
+        rejected[list(refused_ids)] = True
+        infeasible[list(refused_ids)] = False
     return SimResult(
         policy=policy.name,
         trace=trace.name,
@@ -431,6 +477,8 @@ def simulate(
         timeline_spec=timeline_spec,
         timeline_ready=timeline_ready,
         wall_s=_time.perf_counter() - wall0,
+        rejected=rejected,
+        infeasible=infeasible,
     )
 
 

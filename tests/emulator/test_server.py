@@ -123,7 +123,7 @@ async def test_models_lists_the_served_model(
     async with http.get(rep.url + "/v1/models") as resp:
         out = await resp.json()
     assert [m["id"] for m in out["data"]] == ["my-model"]
-    assert out["data"][0]["max_model_len"] == rep.config.max_model_len
+    assert out["data"][0]["max_model_len"] == rep.engine.max_model_len == 8192
 
 
 async def test_rejects_bad_requests_naming_the_field(

@@ -82,6 +82,14 @@ class Settings(BaseSettings):
     grpc: GrpcSettings = Field(default_factory=GrpcSettings)
     api_token: str | None = Field(default=None, repr=False)
     api_read_token: str | None = Field(default=None, repr=False)
+    # Request limits (docs/api.md "Limits"): bodies above this are answered 413 unread.
+    api_max_body_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+    # Dry-run replays the decision core: per-client token bucket, concurrency and CPU caps.
+    api_dry_run_rate_per_s: float = Field(default=0.5, gt=0, le=1000)
+    api_dry_run_burst: int = Field(default=3, ge=1, le=1000)
+    api_dry_run_concurrency: int = Field(default=1, ge=1, le=64)
+    api_dry_run_max_ticks: int = Field(default=600, ge=1, le=100_000)
+    api_dry_run_cpu_budget_s: float = Field(default=0.5, gt=0, le=60)
     leader_election: bool = True
     lease_name: str = "llm-autoscaler-leader"
     lease_duration_s: float = Field(default=15.0, gt=0)

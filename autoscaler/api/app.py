@@ -2,15 +2,16 @@
 
 Readers never call into the control loop: decisions come from `ControllerState`, policies
 from the `PolicyStore`. Every write is stored (and durable) before it is acknowledged, and
-concurrent writers are detected with ETag / If-Match (412). An invalid policy is rejected
-whole with 422 and one message per problem naming field, value and rule.
+concurrent writers are detected with ETag / If-Match (412, RFC 9110). An invalid policy is
+rejected whole with 422 and one message per problem naming field, value and rule. Bodies
+are bounded (413), strict JSON (no Infinity/NaN, bounded nesting) and dry-runs are
+rate-limited per client (429), since the API shares its event loop with the control loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Annotated, Any, Final, Literal
@@ -20,19 +21,28 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from autoscaler.api.metrics import ControllerMetrics
+from autoscaler.api.body import (
+    BodyTooDeep,
+    SafeJSONResponse,
+    clip,
+    clip_problems,
+    parse_json,
+)
+from autoscaler.api.limits import BodyLimitMiddleware, DryRunGate, client_key
+from autoscaler.api.metrics import UNMATCHED_ROUTE, ControllerMetrics
+from autoscaler.api.preconditions import IfMatch, MalformedIfMatch, parse_if_match
 from autoscaler.api.security import ApiSettings, bearer, check_access
 from autoscaler.control.state import HISTORY_LEN, OBSERVATIONS_LEN, ControllerState
 from autoscaler.domain import Decision, DecisionState, Observation, TargetRef
 from autoscaler.errors import ConfigError
 from autoscaler.keda.value import (
     DEFAULT_TARGET_SIZE,
+    MAX_TARGET_SIZE,
     NoDataYet,
     TargetUnknown,
     WrongMode,
@@ -64,14 +74,17 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 
 Responses = dict[int | str, dict[str, Any]]
 _PROBLEM: dict[str, Any] = {"description": "error", "content": {"application/json": {}}}
+_R400: Responses = {400: {**_PROBLEM, "description": "malformed If-Match or JSON nesting"}}
 _R401: Responses = {401: {**_PROBLEM, "description": "missing or malformed bearer token"}}
 _R403: Responses = {403: {**_PROBLEM, "description": "token not accepted"}}
 _R404: Responses = {404: {**_PROBLEM, "description": "no such target"}}
 _R412: Responses = {412: {**_PROBLEM, "description": "If-Match does not match the current version"}}
+_R413: Responses = {413: {**_PROBLEM, "description": "request body above the size limit"}}
+_R429: Responses = {429: {**_PROBLEM, "description": "rate limited; see Retry-After"}}
 _R422: Responses = {422: {**_PROBLEM, "description": "invalid input; `problems` lists each"}}
 _R503: Responses = {503: {**_PROBLEM, "description": "temporarily unavailable"}}
 _READ: Responses = {**_R401, **_R403, **_R404, **_R422}
-_WRITE: Responses = {**_READ, **_R412, **_R503}
+_WRITE: Responses = {**_READ, **_R400, **_R412, **_R413, **_R503}
 
 
 # ----------------------------------------------------------------------------- schemas
@@ -124,7 +137,10 @@ def _if_match_param() -> dict[str, Any]:
         "name": "If-Match",
         "in": "header",
         "required": False,
-        "description": "ETag from a previous read; the write fails with 412 if it changed",
+        "description": (
+            'ETag(s) from a previous read, quoted ("12"), or * (must exist); the write '
+            "fails with 412 if none matches; weak or malformed values are 400"
+        ),
         "schema": {"type": "string"},
     }
 
@@ -140,43 +156,18 @@ def _etag(version: str) -> str:
     return f'"{version}"'
 
 
-def _parse_if_match(header: str | None) -> list[str] | None:
-    """``"7"``, ``W/"7"``, ``7``, ``*`` or a comma list; None when absent."""
-    if header is None or not header.strip():
-        return None
-    out: list[str] = []
-    for part in header.split(","):
-        tag = part.strip().removeprefix("W/").strip()
-        if len(tag) >= 2 and tag[0] == tag[-1] == '"':
-            tag = tag[1:-1]
-        if tag:
-            out.append(tag)
-    return out or None
+def _if_match(request: Request) -> IfMatch | None:
+    return parse_if_match(request.headers.getlist("if-match"))
 
 
-async def _resolve_if_match(store: PolicyStore, ref: TargetRef, header: str | None) -> str | None:
-    """Collapse an If-Match list to the one version the store should compare."""
-    tags = _parse_if_match(header)
-    if tags is None:
-        return None
-    if "*" in tags:
-        return "*"
-    if len(tags) == 1:
-        return tags[0]
-    current = (await store.get(ref)).version
-    if current in tags:
-        return current
-    raise PreconditionFailed(f"target {ref} is at version {current}, none of {tags}")
+def _not_matched(ref: TargetRef, current: str | None, pre: IfMatch) -> PreconditionFailed:
+    where = "does not exist" if current is None else f"is at version {current}"
+    return PreconditionFailed(f"target {ref} {where}; If-Match {pre.describe()} does not match")
 
 
-async def _json_body(request: Request) -> Any:
-    raw = await request.body()
-    if not raw:
-        raise ConfigError("invalid body", ["body: empty; expected a JSON object"])
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ConfigError("invalid body", [f"body: not valid JSON ({err})"]) from None
+async def _json_body(request: Request, root: str = "") -> Any:
+    # The body limit (413) is enforced while this reads; see BodyLimitMiddleware.
+    return parse_json(await request.body(), root=root)
 
 
 def _status_doc(state: ControllerState, ref: TargetRef) -> dict[str, Any] | None:
@@ -217,17 +208,25 @@ def _target_doc(stored: StoredTarget, state: ControllerState) -> dict[str, Any]:
     }
 
 
-def _problem(status_code: int, detail: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"detail": detail, **extra}, status_code=status_code)
+def _problem(status_code: int, detail: str, **extra: Any) -> SafeJSONResponse:
+    return SafeJSONResponse({"detail": detail, **extra}, status_code=status_code)
 
 
 def replay(
-    policy: Policy, observations: list[Observation], live: Mapping[float, Decision]
+    policy: Policy,
+    observations: list[Observation],
+    live: Mapping[float, Decision],
+    cpu_budget_s: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Decide over ``observations`` from a fresh `DecisionState` (pure; run off the loop)."""
+    """Decide over ``observations`` from a fresh `DecisionState` (run off the loop). With
+    ``cpu_budget_s`` it stops once this thread has used that much CPU (fewer decisions
+    than observations): a candidate policy's cost is bounded whatever it asks for."""
     state = DecisionState()
     out: list[dict[str, Any]] = []
+    started_s = time.thread_time()
     for obs in observations:
+        if out and cpu_budget_s is not None and time.thread_time() - started_s > cpu_budget_s:
+            break  # at least one decision, so the summary always has something to say
         decision, state = decide(policy, obs, state, obs.t)
         live_decision = live.get(obs.t)
         out.append(
@@ -273,9 +272,9 @@ class _LatencyMiddleware:
             await self.app(scope, receive, send_wrapper)
         finally:
             route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            template = getattr(route, "path", None) or UNMATCHED_ROUTE
             self.metrics.observe_request(
-                scope["method"], template, status_code, time.perf_counter() - start
+                str(scope.get("method", "")), template, status_code, time.perf_counter() - start
             )
 
 
@@ -289,9 +288,11 @@ def create_app(
     registry: CollectorRegistry | None = None,
     *,
     metrics: ControllerMetrics | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
     """Build the app. Pass the loop's `ControllerMetrics` (or its registry) so /metrics
-    serves the loop's metrics too; ``app.state.metrics`` is the instance in use."""
+    serves the loop's metrics too; ``app.state.metrics`` is the instance in use.
+    ``clock`` (monotonic seconds) drives the dry-run rate limit."""
     api_settings = settings if settings is not None else ApiSettings()
     if metrics is None:
         metrics = ControllerMetrics(registry)
@@ -299,11 +300,14 @@ def create_app(
         title="llm-autoscaler",
         version="1",
         description="Policies, decisions and KEDA endpoints of the llm-autoscaler controller.",
+        default_response_class=SafeJSONResponse,
     )
     app.state.api_settings = api_settings
     app.state.metrics = metrics
     app.state.controller_state = state
     app.state.store = store
+    dry_run_gate = DryRunGate(api_settings.dry_run, clock)
+    app.state.dry_run_gate = dry_run_gate
 
     def read_access(credentials: Credentials) -> None:
         check_access(api_settings, credentials, "read")
@@ -317,41 +321,52 @@ def create_app(
     # -- error mapping ---------------------------------------------------------------
 
     @app.exception_handler(PolicyFileInvalid)
-    async def _file_invalid(_: Request, err: PolicyFileInvalid) -> JSONResponse:
-        return _problem(503, str(err), problems=err.problems)
+    async def _file_invalid(_: Request, err: PolicyFileInvalid) -> SafeJSONResponse:
+        return _problem(503, str(err), problems=clip_problems(err.problems))
 
     @app.exception_handler(ConfigError)
-    async def _config_error(_: Request, err: ConfigError) -> JSONResponse:
-        return _problem(422, "invalid input", problems=err.problems)
+    async def _config_error(_: Request, err: ConfigError) -> SafeJSONResponse:
+        return _problem(422, "invalid input", problems=clip_problems(err.problems))
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
+    async def _validation_error(_: Request, err: RequestValidationError) -> SafeJSONResponse:
         problems = []
         for e in err.errors():
             loc = ".".join(str(p) for p in e.get("loc", ()))
-            problems.append(f"{loc}: {e.get('msg')} (value {e.get('input')!r})")
-        return _problem(422, "invalid input", problems=jsonable_encoder(problems))
+            problems.append(f"{loc}: {e.get('msg')} (value {clip(repr(e.get('input')))})")
+        return _problem(422, "invalid input", problems=jsonable_encoder(clip_problems(problems)))
+
+    @app.exception_handler(BodyTooDeep)
+    @app.exception_handler(RecursionError)
+    async def _too_deep(_: Request, err: Exception) -> SafeJSONResponse:
+        # RecursionError: belt and braces should any nesting get past parse_json's bound.
+        detail = str(err) if isinstance(err, BodyTooDeep) else "input nested too deeply"
+        return _problem(400, detail)
+
+    @app.exception_handler(MalformedIfMatch)
+    async def _bad_if_match(_: Request, err: MalformedIfMatch) -> SafeJSONResponse:
+        return _problem(400, str(err))
 
     @app.exception_handler(NotFound)
     @app.exception_handler(TargetUnknown)
-    async def _not_found(_: Request, err: Exception) -> JSONResponse:
+    async def _not_found(_: Request, err: Exception) -> SafeJSONResponse:
         return _problem(404, str(err))
 
     @app.exception_handler(PreconditionFailed)
-    async def _precondition(_: Request, err: PreconditionFailed) -> JSONResponse:
+    async def _precondition(_: Request, err: PreconditionFailed) -> SafeJSONResponse:
         return _problem(412, str(err))
 
     @app.exception_handler(WrongMode)
-    async def _wrong_mode(_: Request, err: WrongMode) -> JSONResponse:
+    async def _wrong_mode(_: Request, err: WrongMode) -> SafeJSONResponse:
         return _problem(409, str(err))
 
     @app.exception_handler(NoDataYet)
-    async def _no_data(_: Request, err: NoDataYet) -> JSONResponse:
-        return JSONResponse({"detail": str(err)}, status_code=503, headers={"Retry-After": "1"})
+    async def _no_data(_: Request, err: NoDataYet) -> SafeJSONResponse:
+        return SafeJSONResponse({"detail": str(err)}, status_code=503, headers={"Retry-After": "1"})
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(
+    async def _http_error(_: Request, err: StarletteHTTPException) -> SafeJSONResponse:
+        return SafeJSONResponse(
             {"detail": err.detail}, status_code=err.status_code, headers=err.headers
         )
 
@@ -363,7 +378,7 @@ def create_app(
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["health"], responses=_R503)
-    async def readyz() -> JSONResponse:
+    async def readyz() -> SafeJSONResponse:
         """Readiness: the loop has completed a tick and the policy store answers."""
         problems: list[str] = []
         if not state.ready:
@@ -373,7 +388,7 @@ def create_app(
         except Exception as err:  # any store failure means not ready; reported, not raised
             problems.append(f"policy store: {type(err).__name__}: {err}")
         body = {"status": "ok" if not problems else "not-ready", "problems": problems}
-        return JSONResponse(body, status_code=200 if not problems else 503)
+        return SafeJSONResponse(body, status_code=200 if not problems else 503)
 
     @app.get(
         "/metrics",
@@ -390,10 +405,10 @@ def create_app(
     @app.get("/v1/targets", tags=["targets"], dependencies=can_read, responses=_READ)
     async def list_targets(
         namespace: Annotated[str | None, Query(pattern=NAME_PATTERN, max_length=253)] = None,
-    ) -> JSONResponse:
+    ) -> SafeJSONResponse:
         """All targets (optionally of one namespace) with their version and status."""
         items = await store.list(namespace)
-        return JSONResponse({"items": [_target_doc(t, state) for t in items]})
+        return SafeJSONResponse({"items": [_target_doc(t, state) for t in items]})
 
     @app.get(
         "/v1/targets/{namespace}/{name}",
@@ -401,9 +416,9 @@ def create_app(
         dependencies=can_read,
         responses=_READ,
     )
-    async def get_target(namespace: Namespace, name: Name) -> JSONResponse:
+    async def get_target(namespace: Namespace, name: Name) -> SafeJSONResponse:
         stored = await store.get(TargetRef(namespace, name))
-        return JSONResponse(_target_doc(stored, state), headers={"ETag": _etag(stored.version)})
+        return SafeJSONResponse(_target_doc(stored, state), headers={"ETag": _etag(stored.version)})
 
     async def _store_spec(
         spec: TargetSpec, if_match: str | None, response: Response, created: bool
@@ -422,6 +437,22 @@ def create_app(
         except NotFound:
             return None
 
+    async def _store_if_match(ref: TargetRef, pre: IfMatch | None) -> str | None:
+        """What the store compares: None (unconditional), "*" (exists) or one version; a
+        list of ETags is resolved against the current version (the store's own
+        conditional write then catches a writer in between)."""
+        if pre is None:
+            return None
+        if pre.any_version:
+            return "*"
+        if len(pre.versions) == 1:
+            return pre.versions[0]
+        current = await _exists(ref)
+        version = current.version if current is not None else None
+        if version is None or not pre.matches(version):
+            raise _not_matched(ref, version, pre)
+        return version
+
     @app.put(
         "/v1/targets/{namespace}/{name}",
         tags=["targets"],
@@ -434,8 +465,9 @@ def create_app(
     ) -> dict[str, Any]:
         """Create or replace a target whole. 201 on create, 200 on replace."""
         ref = TargetRef(namespace, name)
+        pre = _if_match(request)
         spec = target_spec_from_dict(await _json_body(request), ref=ref)
-        if_match = await _resolve_if_match(store, ref, request.headers.get("if-match"))
+        if_match = await _store_if_match(ref, pre)
         existed = await _exists(ref)
         return await _store_spec(spec, if_match, response, created=existed is None)
 
@@ -444,25 +476,27 @@ def create_app(
         request: Request,
         response: Response,
         build: Callable[[StoredTarget, Any], TargetSpec],
+        root: str = "",
     ) -> dict[str, Any]:
-        patch = await _json_body(request)
+        pre = _if_match(request)
+        patch = await _json_body(request, root)
         if not isinstance(patch, Mapping):
             raise ConfigError("invalid body", ["body: a merge patch must be a JSON object"])
-        header = request.headers.get("if-match")
         for _attempt in range(3):
-            current = await store.get(ref)
-            wanted = await _resolve_if_match(store, ref, header)
-            if wanted not in (None, "*", current.version):
-                raise PreconditionFailed(
-                    f"target {ref} is at version {current.version}, not {wanted!r}"
-                )
+            current = await _exists(ref)
+            if current is None:
+                if pre is not None:
+                    raise _not_matched(ref, None, pre)
+                raise NotFound(f"target {ref} not found")
+            if pre is not None and not pre.matches(current.version):
+                raise _not_matched(ref, current.version, pre)
             spec = build(current, patch)
             try:
                 return await _store_spec(spec, current.version, response, created=False)
             except PreconditionFailed:
-                if header is not None:
+                if pre is not None and not pre.any_version:
                     raise
-                # No If-Match from the client: someone wrote in between; re-read and retry.
+                # No If-Match (or "*"): someone wrote in between; re-read and retry.
         raise PreconditionFailed(f"target {ref} kept changing; retry the patch")
 
     @app.patch(
@@ -496,7 +530,7 @@ def create_app(
     )
     async def delete_target(namespace: Namespace, name: Name, request: Request) -> Response:
         ref = TargetRef(namespace, name)
-        if_match = await _resolve_if_match(store, ref, request.headers.get("if-match"))
+        if_match = await _store_if_match(ref, _if_match(request))
         await store.delete(ref, if_match=if_match)
         metrics.forget(ref)
         log.info("target_deleted", target=str(ref))
@@ -531,7 +565,7 @@ def create_app(
         def build(current: StoredTarget, body: Any) -> TargetSpec:
             return _with_policy(current.spec, body)
 
-        doc = await _patch(ref, request, response, build)
+        doc = await _patch(ref, request, response, build, root="policy")
         return dict(doc["policy"])
 
     @app.patch(
@@ -552,7 +586,7 @@ def create_app(
         def build(current: StoredTarget, patch: Any) -> TargetSpec:
             return _with_policy(current.spec, merge_patch(current.spec.policy.dump(), patch))
 
-        doc = await _patch(ref, request, response, build)
+        doc = await _patch(ref, request, response, build, root="policy")
         return dict(doc["policy"])
 
     # -- decisions ---------------------------------------------------------------------
@@ -586,51 +620,70 @@ def create_app(
         namespace: Namespace,
         name: Name,
         limit: Annotated[int, Query(ge=1, le=HISTORY_LEN)] = 50,
-    ) -> JSONResponse:
+    ) -> SafeJSONResponse:
         """Recent decisions, newest first (bounded by the loop's history length)."""
         ref = TargetRef(namespace, name)
         _known(ref)
         items = state.targets[ref].recent_decisions(limit)
-        return JSONResponse({"items": [d.to_dict() for d in items], "limit": limit})
+        return SafeJSONResponse({"items": [d.to_dict() for d in items], "limit": limit})
 
     @app.post(
         "/v1/targets/{namespace}/{name}/dry-run",
         tags=["decisions"],
         dependencies=can_read,
-        responses={**_READ, 409: {**_PROBLEM, "description": "no observations to replay"}},
+        responses={
+            **_READ,
+            **_R400,
+            **_R413,
+            **_R429,
+            409: {**_PROBLEM, "description": "no observations to replay"},
+        },
         openapi_extra=_body_schema(DryRunRequest),
     )
     async def dry_run(
         namespace: Namespace,
         name: Name,
         request: Request,
+        credentials: Credentials,
         limit: Annotated[int, Query(ge=1, le=OBSERVATIONS_LEN)] = OBSERVATIONS_LEN,
     ) -> Any:
         """Replay a candidate policy over the target's recent observations, oldest first,
         from a fresh decision state. Nothing is applied or stored. The replay is open-loop:
-        observed replica counts are what the live policy produced."""
+        observed replica counts are what the live policy produced. Rate-limited per client
+        (429 + Retry-After); at most ``maxTicks`` observations and ``cpuBudgetSeconds`` of
+        CPU are spent (``stoppedEarly`` says when the budget cut the replay short)."""
         ref = TargetRef(namespace, name)
+        verified = credentials.credentials if credentials and api_settings.read_token else None
+        dry_run_gate.admit(client_key(request.client.host if request.client else None, verified))
         body = await _json_body(request)
         if not isinstance(body, Mapping) or set(body) - {"policy"}:
             raise ConfigError("invalid body", ['body: expected an object {"policy": {...}}'])
         policy_doc = body.get("policy", {})
         if not isinstance(policy_doc, Mapping):
-            raise ConfigError("invalid body", [f"policy: value {policy_doc!r} must be an object"])
+            raise ConfigError(
+                "invalid body", [clip(f"policy: value {policy_doc!r} must be an object")]
+            )
         try:
             policy = load_policy(policy_doc)
         except ConfigError as err:
             raise ConfigError(str(err), [f"policy.{p}" for p in err.problems]) from None
         _known(ref)
         st = state.targets[ref]
-        observations = list(st.observations)[-limit:]
+        limits = api_settings.dry_run
+        observations = list(st.observations)[-min(limit, limits.max_ticks) :]
         if not observations:
             return _problem(409, f"target {ref}: no recent observations to replay")
         live = {d.t: d for d in st.history}
-        decisions = await asyncio.to_thread(replay, policy, observations, live)
+        async with dry_run_gate.slot():
+            decisions = await asyncio.to_thread(
+                replay, policy, observations, live, limits.cpu_budget_s
+            )
         desired = [int(d["desired_replicas"]) for d in decisions]
         return {
             "target": str(ref),
-            "observations": len(observations),
+            "observations": len(decisions),
+            "stoppedEarly": len(decisions) < len(observations),
+            "limits": {"maxTicks": limits.max_ticks, "cpuBudgetSeconds": limits.cpu_budget_s},
             "order": "oldest-first",
             "summary": {
                 "final_desired_replicas": desired[-1],
@@ -653,7 +706,7 @@ def create_app(
         namespace: Namespace,
         name: Name,
         target_size: Annotated[
-            float, Query(alias="targetSize", gt=0, le=1e9, allow_inf_nan=False)
+            float, Query(alias="targetSize", gt=0, le=MAX_TARGET_SIZE, allow_inf_nan=False)
         ] = DEFAULT_TARGET_SIZE,
     ) -> dict[str, Any]:
         """For KEDA's ``metrics-api`` trigger: ``valueLocation: value`` with
@@ -696,6 +749,7 @@ def create_app(
             allow_headers=["Authorization", "Content-Type", "If-Match"],
             expose_headers=["ETag"],
         )
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=api_settings.max_body_bytes)
     app.add_middleware(_LatencyMiddleware, metrics=metrics)
     return app
 

@@ -18,6 +18,7 @@ from typing import Literal
 from fastapi import HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from autoscaler.api.limits import DEFAULT_MAX_BODY_BYTES, DryRunLimits
 from autoscaler.errors import ConfigError
 from autoscaler.settings import Settings
 
@@ -33,6 +34,8 @@ class ApiSettings:
     write_token: str | None = field(default=None, repr=False)
     read_token: str | None = field(default=None, repr=False)
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all (closed)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger bodies: 413, unread
+    dry_run: DryRunLimits = field(default_factory=DryRunLimits)
 
     @classmethod
     def from_env(
@@ -46,6 +49,14 @@ class ApiSettings:
             write_token=_token(env.get(ENV_TOKEN_FILE), s.api_token, ENV_TOKEN_FILE),
             read_token=_token(env.get(ENV_READ_TOKEN_FILE), s.api_read_token, ENV_READ_TOKEN_FILE),
             cors_origins=origins,
+            max_body_bytes=s.api_max_body_bytes,
+            dry_run=DryRunLimits(
+                rate_per_s=s.api_dry_run_rate_per_s,
+                burst=s.api_dry_run_burst,
+                concurrency=s.api_dry_run_concurrency,
+                max_ticks=s.api_dry_run_max_ticks,
+                cpu_budget_s=s.api_dry_run_cpu_budget_s,
+            ),
         )
 
 

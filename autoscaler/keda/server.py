@@ -40,6 +40,14 @@ from autoscaler.settings import GrpcSettings
 
 log = get_logger(__name__)
 
+_INT64_MAX = (1 << 63) - 1
+
+
+def _int64(value: float) -> int:
+    """KEDA's deprecated int fields are int64: a value beyond it would make protobuf raise
+    ValueError, which grpc answers as UNKNOWN; `MAX_TARGET_SIZE` keeps us far below."""
+    return min(_INT64_MAX, max(0, math.ceil(value - 1e-9)))
+
 
 @dataclass(frozen=True, slots=True)
 class GrpcTls:
@@ -143,7 +151,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
             await _abort(context, err)
         spec = pb.MetricSpec(
             metricName=query.metric_name,
-            targetSize=max(1, round(query.target_size)),
+            targetSize=max(1, min(_INT64_MAX, round(query.target_size))),
             targetSizeFloat=query.target_size,
         )
         return pb.GetMetricSpecResponse(metricSpecs=[spec])
@@ -161,7 +169,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         value = reading.value
         mv = pb.MetricValue(
             metricName=query.metric_name,
-            metricValue=math.ceil(value - 1e-9),  # deprecated int: never rounds down
+            metricValue=_int64(value),  # deprecated int: never rounds down
             metricValueFloat=value,
         )
         return pb.GetMetricsResponse(metricValues=[mv])

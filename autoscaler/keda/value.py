@@ -23,6 +23,9 @@ from autoscaler.domain import Reason, TargetRef
 from autoscaler.errors import ConfigError, PermanentError, TemporaryError
 
 DEFAULT_TARGET_SIZE: Final = 1.0
+# Upper bound on targetSize, for gRPC and HTTP alike: value = desiredReplicas * targetSize
+# must fit KEDA's int64 metricValue (10_000 replicas * 1e9 = 1e13, far below 9.2e18).
+MAX_TARGET_SIZE: Final = 1e9
 DEFAULT_METRIC_NAME: Final = "llm-autoscaler-desired-replicas"
 _METRIC_NAME_RE: Final = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
 
@@ -72,6 +75,11 @@ class ScalerReading:
         return self.desired_replicas * self.target_size
 
 
+def _shown(value: str, limit: int = 64) -> str:
+    """A metadata value quoted for a message, clipped: KEDA passes user text through."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} chars)"
+
+
 def parse_query(name: str, namespace: str, metadata: Mapping[str, str]) -> ScalerQuery:
     """Resolve ScaledObjectRef + scalerMetadata; bad metadata is a `ConfigError`."""
     problems: list[str] = []
@@ -88,12 +96,17 @@ def parse_query(name: str, namespace: str, metadata: Mapping[str, str]) -> Scale
             size = float(raw_size)
         except ValueError:
             size = math.nan
-        if not (math.isfinite(size) and size > 0):
-            problems.append(f"{KEY_TARGET_SIZE}: value {raw_size!r} must be a number > 0")
+        if not (math.isfinite(size) and 0 < size <= MAX_TARGET_SIZE):
+            problems.append(
+                f"{KEY_TARGET_SIZE}: value {_shown(raw_size)} must be a number "
+                f"in (0, {MAX_TARGET_SIZE:g}]"
+            )
             size = DEFAULT_TARGET_SIZE
     metric = metadata.get(KEY_METRIC_NAME) or DEFAULT_METRIC_NAME
     if not _METRIC_NAME_RE.match(metric):
-        problems.append(f"{KEY_METRIC_NAME}: value {metric!r} must match {_METRIC_NAME_RE.pattern}")
+        problems.append(
+            f"{KEY_METRIC_NAME}: value {_shown(metric)} must match {_METRIC_NAME_RE.pattern}"
+        )
     if problems:
         raise ConfigError("invalid scalerMetadata", problems)
     return ScalerQuery(TargetRef(target_ns, target_name), size, metric)

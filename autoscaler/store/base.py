@@ -64,10 +64,14 @@ class PolicyStore(Protocol):
     async def get(self, ref: TargetRef) -> StoredTarget: ...
 
     async def put(self, spec: TargetSpec, if_match: str | None = None) -> StoredTarget:
-        """Create or replace; with ``if_match`` the stored version must equal it."""
+        """Create or replace. ``if_match``: None writes unconditionally; ``"*"`` requires
+        the target to exist; any other value must equal the stored version. A missing
+        target with any ``if_match`` is `PreconditionFailed` (RFC 9110 If-Match)."""
         ...
 
-    async def delete(self, ref: TargetRef, if_match: str | None = None) -> None: ...
+    async def delete(self, ref: TargetRef, if_match: str | None = None) -> None:
+        """``if_match`` as for `put`; a missing target is `NotFound` only without it."""
+        ...
 
     def watch(self) -> AsyncIterator[builtins.list[StoredTarget]]:
         """Yields the full target list each time it changes (first yield: current)."""

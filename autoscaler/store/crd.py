@@ -130,7 +130,7 @@ class CrdPolicyStore:
         body = spec_to_object(spec)
         ref = spec.ref
         if if_match is not None:
-            return await self._replace(ref, body, if_match)
+            return await self._put_if_match(ref, body, if_match)
         for _ in range(3):
             try:
                 return self._stored(await self._create(ref, body))
@@ -141,6 +141,26 @@ class CrdPolicyStore:
                 return await self._replace(ref, body, current["metadata"]["resourceVersion"])
             except (PreconditionFailed, NotFound):
                 continue  # someone wrote or deleted in between: try again
+        raise TemporaryError(f"put LLMAutoscaler {ref}: kept racing with other writers")
+
+    async def _put_if_match(
+        self, ref: TargetRef, body: dict[str, Any], if_match: str
+    ) -> StoredTarget:
+        """RFC 9110 If-Match: ``"*"`` is "exists" (never sent as a resourceVersion, the API
+        server would refuse it); a version is compared by the API server itself."""
+        try:
+            if if_match != "*":
+                return await self._replace(ref, body, if_match)
+            for _ in range(3):
+                current = await self._get_raw(ref)
+                try:
+                    return await self._replace(ref, body, current["metadata"]["resourceVersion"])
+                except PreconditionFailed:
+                    continue  # written in between: it still exists, so try again
+        except NotFound:
+            raise PreconditionFailed(
+                f"LLMAutoscaler {ref} does not exist (If-Match {if_match!r})"
+            ) from None
         raise TemporaryError(f"put LLMAutoscaler {ref}: kept racing with other writers")
 
     async def _create(self, ref: TargetRef, body: dict[str, Any]) -> dict[str, Any]:
@@ -177,8 +197,10 @@ class CrdPolicyStore:
         return self._stored(obj)
 
     async def delete(self, ref: TargetRef, if_match: str | None = None) -> None:
+        # "*" means "exists": no resourceVersion precondition, and 404 becomes 412 below.
+        version = if_match if if_match not in (None, "*") else None
         options = client.V1DeleteOptions(
-            preconditions=client.V1Preconditions(resource_version=if_match) if if_match else None
+            preconditions=client.V1Preconditions(resource_version=version) if version else None
         )
         try:
             await self._call(
@@ -194,6 +216,10 @@ class CrdPolicyStore:
                 ),
             )
         except ApiException as err:
+            if err.status == 404 and if_match is not None:
+                raise PreconditionFailed(
+                    f"LLMAutoscaler {ref} does not exist (If-Match {if_match!r})"
+                ) from None
             if err.status == 404:
                 raise NotFound(f"LLMAutoscaler {ref} not found") from None
             if err.status == 409:

@@ -457,6 +457,9 @@ class FilePolicyStore:
             await self._refresh()
             self._check_writable()
             old = self._targets.get(ref)
+            if old is None and if_match is not None:
+                # RFC 9110: If-Match (even "*") is false when there is no current version.
+                raise PreconditionFailed(f"target {ref} does not exist (If-Match {if_match!r})")
             if old is None:
                 raise NotFound(f"target {ref} not found")
             if if_match is not None and if_match not in ("*", old.version):

@@ -166,3 +166,38 @@ async def test_many_streams_all_receive_one_push(
     assert all(r.result for r in results)
     for s in streams:
         s.cancel()
+
+
+@pytest.mark.parametrize("size", ["1e300", "1e10", "inf", "1" * 5000])
+async def test_target_size_beyond_the_http_cap_is_invalid_argument_naming_the_field(
+    stub: pb_grpc.ExternalScalerStub, state: ControllerState, size: str
+) -> None:
+    # Before: 1e300 got past parsing and protobuf's int64 raised, answered as UNKNOWN
+    # "Value out of range" by GetMetrics and GetMetricSpec.
+    register(state, spec())
+    await publish(state, REF, t=1.0, current=3, desired=4)
+    ref = so_ref(targetSize=size)
+    for call in (
+        stub.GetMetricSpec(ref),
+        stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref)),
+        stub.IsActive(ref),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        details = err.value.details() or ""
+        assert "targetSize" in details and "(0, 1e+09]" in details
+        assert len(details) < 300  # a 5,000-digit value is clipped, not echoed
+
+
+async def test_target_size_at_the_cap_serves_an_int64_metric_value(
+    stub: pb_grpc.ExternalScalerStub, state: ControllerState
+) -> None:
+    register(state, spec(maxReplicaCount=10_000))
+    await publish(state, REF, t=1.0, current=3, desired=10_000)
+    ref = so_ref(targetSize="1e9")
+    metric_spec = (await stub.GetMetricSpec(ref)).metricSpecs[0]
+    assert metric_spec.targetSize == 1_000_000_000
+    mv = (await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref))).metricValues[0]
+    assert mv.metricValue == 10_000 * 1_000_000_000
+    assert hpa_replicas(mv.metricValueFloat, metric_spec.targetSizeFloat) == 10_000

@@ -156,3 +156,25 @@ async def test_write_status_sets_decision_and_keeps_transition_time(
     assert status["lastDecisionTime"] == "2023-11-14T22:14:20Z"
     # The status write did not change the spec's generation.
     assert obj["metadata"]["generation"] == 1
+
+
+async def test_if_match_star_means_exists_never_a_resource_version(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    store = CrdPolicyStore(kclient, "default")
+    ref = TargetRef("default", "llm")
+    with pytest.raises(PreconditionFailed, match="does not exist"):
+        await store.put(spec(), if_match="*")
+    with pytest.raises(PreconditionFailed, match="does not exist"):
+        await store.put(spec(), if_match="1")
+    with pytest.raises(PreconditionFailed, match="does not exist"):
+        await store.delete(ref, if_match="*")
+    with pytest.raises(NotFound):
+        await store.get(ref)
+    first = await store.put(spec(max_replicas=8))
+    second = await store.put(spec(max_replicas=9), if_match="*")  # was always 412
+    assert second.version != first.version
+    assert (await store.get(ref)).spec.policy.max_replica_count == 9
+    await store.delete(ref, if_match="*")
+    with pytest.raises(NotFound):
+        await store.get(ref)

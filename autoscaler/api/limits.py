@@ -1,0 +1,209 @@
+"""Request limits: body size (413 before the body is read) and the dry-run's admission.
+
+Why here and not in a proxy: the API shares its event loop with the control loop, so an
+unbounded body, or a flood of replays of the decision core, slows every target's tick.
+Each limit answers with a status the client can act on (413, 429 + ``Retry-After``) and
+never reads or computes more than the limit first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+DEFAULT_MAX_BODY_BYTES: Final = 1_048_576
+
+
+@dataclass(frozen=True, slots=True)
+class DryRunLimits:
+    """How much replaying a candidate policy may cost. ``None`` disables a limit (used by
+    the benchmark to measure the unlimited baseline side by side)."""
+
+    rate_per_s: float | None = 0.5  # token refill per client
+    burst: int = 3  # bucket size: dry-runs a client may send back to back
+    concurrency: int | None = 1  # replays running at once, process-wide
+    max_waiting: int = 8  # replays queued behind them before answering 429
+    max_ticks: int = 600  # observations replayed at most (the loop keeps 600)
+    cpu_budget_s: float | None = 0.5  # thread CPU time one replay may use
+
+    @classmethod
+    def unlimited(cls) -> DryRunLimits:
+        return cls(rate_per_s=None, concurrency=None, max_ticks=1 << 30, cpu_budget_s=None)
+
+
+class TooManyRequests(StarletteHTTPException):
+    """429 with ``Retry-After`` in whole seconds (RFC 9110 delay-seconds)."""
+
+    def __init__(self, detail: str, retry_after_s: float) -> None:
+        seconds = max(1, math.ceil(retry_after_s))
+        super().__init__(429, f"{detail}; retry after {seconds} s", {"Retry-After": str(seconds)})
+
+
+def _too_large(limit: int, what: str) -> StarletteHTTPException:
+    return StarletteHTTPException(
+        413,
+        f"request body {what} exceeds the limit of {limit} bytes (AUTOSCALER_API_MAX_BODY_BYTES)",
+        {"Connection": "close"},
+    )
+
+
+class BodyLimitMiddleware:
+    """Pure ASGI. A declared ``Content-Length`` above the limit is answered 413 before any
+    body byte is read; a chunked body is counted as it streams and stopped at the limit."""
+
+    def __init__(self, app: Any, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_body_bytes
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            await _send_error(send, _too_large(limit, f"of {declared} bytes (Content-Length)"))
+            return
+        received = 0
+        started = False
+
+        async def counted_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise _too_large(limit, f"(more than {limit} bytes streamed)")
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, tracking_send)
+        except StarletteHTTPException as err:
+            # Raised from receive outside a route's exception handling (e.g. a middleware).
+            if err.status_code != 413 or started:
+                raise
+            await _send_error(send, err)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            with contextlib.suppress(ValueError):
+                return int(value)
+    return None
+
+
+async def _send_error(send: Send, err: StarletteHTTPException) -> None:
+    body = json.dumps({"detail": err.detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (err.headers or {}).items()]
+    await send({"type": "http.response.start", "status": err.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class TokenBuckets:
+    """One token bucket per client key, at most ``max_clients`` remembered (least recently
+    seen forgotten first, so memory stays bounded whatever the number of clients)."""
+
+    def __init__(
+        self,
+        rate_per_s: float,
+        burst: int,
+        clock: Callable[[], float],
+        *,
+        max_clients: int = 4096,
+    ) -> None:
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+        self._clock = clock
+        self._max_clients = max_clients
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # tokens, at
+
+    def take(self, key: str) -> float:
+        """Take one token: 0.0 when granted, else the seconds until one is available."""
+        now = self._clock()
+        tokens, at = self._buckets.pop(key, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + max(0.0, now - at) * self.rate_per_s)
+        wait_s = 0.0
+        if tokens >= 1.0:
+            tokens -= 1.0
+        else:
+            wait_s = (1.0 - tokens) / self.rate_per_s
+        self._buckets[key] = (tokens, now)
+        while len(self._buckets) > self._max_clients:
+            self._buckets.popitem(last=False)
+        return wait_s
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+
+class DryRunGate:
+    """Admission for dry-runs: the per-client bucket, then a process-wide concurrency cap
+    with a short queue (beyond it 429 rather than an unbounded pile of waiting replays)."""
+
+    def __init__(self, limits: DryRunLimits, clock: Callable[[], float]) -> None:
+        self.limits = limits
+        self.buckets = (
+            TokenBuckets(limits.rate_per_s, limits.burst, clock)
+            if limits.rate_per_s is not None
+            else None
+        )
+        self._slots = asyncio.Semaphore(limits.concurrency) if limits.concurrency else None
+        self._waiting = 0
+
+    def admit(self, client_key: str) -> None:
+        if self.buckets is None:
+            return
+        wait_s = self.buckets.take(client_key)
+        if wait_s > 0:
+            raise TooManyRequests(
+                f"dry-run rate limit: {self.limits.burst} at once, then "
+                f"{self.limits.rate_per_s:g} per second per client",
+                wait_s,
+            )
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        if self._slots is None:
+            yield
+            return
+        if self._slots.locked() and self._waiting >= self.limits.max_waiting:
+            raise TooManyRequests("dry-run: too many replays queued", 1.0)
+        self._waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self._waiting -= 1
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+
+def client_key(host: str | None, token: str | None) -> str:
+    """Who a dry-run is charged to: the verified token when reads need one (so clients
+    behind one proxy are told apart), else the client address. A token that was not
+    verified is ignored, or rotating made-up tokens would get fresh buckets."""
+    if token is not None:
+        return "token:" + hashlib.sha256(token.encode()).hexdigest()[:16]
+    return f"addr:{host or 'unknown'}"

@@ -28,6 +28,7 @@ ORDER = (
     "bench_seeds.py",
     "bench_variants.py",
     "bench_reaction.py",
+    "bench_emulator_speed.py",
 )
 QUICK_FLAG = {
     "bench_policies.py": "--quick",

@@ -4,7 +4,6 @@ instances with leader election never both writing. Real sockets and real (short)
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -99,6 +98,17 @@ def replicas(kube: LocalKubeAPI) -> int:
     return int(dep["spec"]["replicas"])
 
 
+def _last_t(ctl: Controller) -> float:
+    status = ctl.state.status(REF)
+    return status.history[-1].t if status is not None and status.history else float("-inf")
+
+
+def _decided(ctl: Controller, after_t: float) -> int:
+    """Decisions this instance made for the target after ``after_t`` (its clock)."""
+    status = ctl.state.status(REF)
+    return 0 if status is None else sum(1 for d in status.history if d.t > after_t)
+
+
 def set_metrics_port(kube: LocalKubeAPI, port: int) -> None:
     for i in range(2):
         pod = kube.get("pods", "llm", f"llama-{i}")
@@ -144,7 +154,13 @@ async def test_two_instances_never_both_write_and_fail_over(
         assert not (a.state.is_leader and b.state.is_leader)
         await until(lambda: replicas(kube) == 4, 10, "the leader to scale")
         leader, follower = (a, b) if a.state.is_leader else (b, a)
-        await asyncio.sleep(1.0)  # several ticks of both instances
+        # Counted reconciles, not a sleep: both instances decide 3 more times each.
+        t0 = {id(c): _last_t(c) for c in (a, b)}
+        await until(
+            lambda: all(_decided(c, t0[id(c)]) >= 3 for c in (a, b)),
+            20,
+            "three more decisions by each instance",
+        )
         patches = [c for c in kube.calls if c.resource == "deployments/scale" and c.verb == "patch"]
         assert len(patches) == 1 and patches[0].status == 200  # one decision, one writer
         await leader.stop()

@@ -45,13 +45,20 @@ from autoscaler.policy.behavior import (
     scale_up_limit,
     stabilize,
 )
-from autoscaler.policy.schema import MetricSpec, Policy
+from autoscaler.policy.schema import TARGET_MIN, VALUE_MAX, MetricSpec, Policy
 
 _EPS = 1e-6  # replicas: absorbs float noise such as 0.7 * 3 / 0.7
 
 
+_ASK_MAX = 1_000_000_000  # replicas: any larger (or infinite) demand asks for this
+
+
 def _ceil(x: float) -> int:
-    return max(0, math.ceil(x - _EPS))
+    """Replicas for a demand; never raises: an infinite or NaN demand (overflowed
+    arithmetic) asks for `_ASK_MAX`, which max/capacity limits then cap."""
+    if not x < _ASK_MAX:  # also NaN
+        return _ASK_MAX
+    return max(0, math.ceil(max(x, 0.0) - _EPS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +84,7 @@ def _ask(spec: MetricSpec, value: float, obs: Observation, up: Rules, down: Rule
         ready = obs.ready_replicas if obs.ready_replicas > 0 else current
         ratio = value / spec.target
         demand = ratio * ready if current > 0 else ratio
+    demand = min(max(demand, 0.0), float(_ASK_MAX))  # finite whatever the value (JSON numbers)
     if current > 0 and _within_tolerance(ratio, up, down):
         return _Ask(current, demand, tolerated=_ceil(demand) != current)
     return _Ask(_ceil(demand), demand)
@@ -122,6 +130,8 @@ def _learned_spec(policy: Policy, obs: Observation) -> MetricSpec | None:
     if cap is None or not cap > 0 or not math.isfinite(cap):
         return None
     target = cap * policy.prediction.learned_capacity_headroom
+    if not TARGET_MIN <= target <= VALUE_MAX:  # outside what a policy may say: not learned
+        return None
     return MetricSpec(signal=name, type="AverageValue", target=target)
 
 

@@ -3,6 +3,11 @@
 Names and shapes follow KEDA's ScaledObject and the HPA ``behavior`` block (camelCase in
 JSON/YAML) so users can paste what they already have. Validation happens here, once:
 `load_policy` rejects an invalid policy whole, and every problem names field, value, rule.
+
+Every number is finite (``Infinity``/``NaN`` are refused) and bounded, so that the
+decision math cannot overflow whatever finite signal it meets: metric targets within
+[`TARGET_MIN`, `VALUE_MAX`], activation targets <= `VALUE_MAX`, rate-policy values <=
+`RATE_POLICY_VALUE_MAX` (pods, or percent: 100x per period), replica counts <= `REPLICAS_MAX`.
 """
 
 from __future__ import annotations
@@ -17,6 +22,11 @@ from pydantic.alias_generators import to_camel
 from autoscaler.domain import FRACTION_SIGNALS, SignalName
 from autoscaler.errors import ConfigError
 
+TARGET_MIN = 1e-6  # a metric target below this is a typo (and overflows value / target)
+VALUE_MAX = 1e9  # largest metric target or activation target (as the HTTP/gRPC caps)
+RATE_POLICY_VALUE_MAX = 10_000
+REPLICAS_MAX = 10_000
+
 CAPACITY_SIGNALS: tuple[str, ...] = (
     "prompt_tokens_per_s",
     "generation_tokens_per_s",
@@ -27,7 +37,11 @@ CAPACITY_SIGNALS: tuple[str, ...] = (
 
 class _Model(BaseModel):
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid"
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        extra="forbid",
+        allow_inf_nan=False,  # a policy stored with Infinity serialises as null
     )
 
     def dump(self) -> dict[str, Any]:
@@ -41,13 +55,13 @@ class MetricSpec(_Model):
 
     signal: SignalName
     type: Literal["AverageValue", "Value"] = "AverageValue"
-    target: float = Field(gt=0)
-    activation_target: float = Field(default=0.0, ge=0)
+    target: float = Field(ge=TARGET_MIN, le=VALUE_MAX)
+    activation_target: float = Field(default=0.0, ge=0, le=VALUE_MAX)
 
 
 class ScalingPolicy(_Model):
     type: Literal["Pods", "Percent"]
-    value: int = Field(gt=0)
+    value: int = Field(gt=0, le=RATE_POLICY_VALUE_MAX)
     period_seconds: int = Field(gt=0, le=1800)
 
 
@@ -69,8 +83,8 @@ class Behavior(_Model):
 class Fallback(_Model):
     """KEDA ``fallback``: after ``failureThreshold`` failed reads, go to ``replicas``."""
 
-    failure_threshold: int = Field(ge=1)
-    replicas: int = Field(ge=0)
+    failure_threshold: int = Field(ge=1, le=1_000_000)
+    replicas: int = Field(ge=0, le=REPLICAS_MAX)
 
 
 class Panic(_Model):
@@ -96,7 +110,7 @@ class Prediction(_Model):
     forecaster: Literal["ewma", "holt", "seasonal", "auto"] = "auto"
     horizon_seconds: float | None = Field(default=None, gt=0, le=3600)
     cold_start_prior_seconds: float = Field(default=90.0, gt=0, le=3600)
-    min_pods_to_learn: int = Field(default=3, ge=1)
+    min_pods_to_learn: int = Field(default=3, ge=1, le=REPLICAS_MAX)
     learned_capacity_signal: SignalName | None = None
     learned_capacity_headroom: float = Field(default=1.0, gt=0, le=1)
 
@@ -117,15 +131,15 @@ class Capacity(_Model):
 
     enforce: bool = True
     gpu_resource: str | None = None
-    provisionable_replicas: int = Field(default=0, ge=0)
+    provisionable_replicas: int = Field(default=0, ge=0, le=REPLICAS_MAX)
 
 
 class WarmPool(_Model):
     """Pause pods holding warm GPUs so a scale-up lands on a warm node."""
 
     enabled: bool = False
-    min_replicas: int = Field(default=0, ge=0)
-    max_replicas: int = Field(default=4, ge=0)
+    min_replicas: int = Field(default=0, ge=0, le=REPLICAS_MAX)
+    max_replicas: int = Field(default=4, ge=0, le=REPLICAS_MAX)
     lead_time_seconds: float = Field(default=300.0, ge=0, le=3600)
     priority_class_name: str = "llm-warm-pool-low"
     peak_priority_class_name: str = "llm-warm-pool-peak"
@@ -162,9 +176,9 @@ def _default_metrics() -> tuple[MetricSpec, ...]:
 class Policy(_Model):
     """A target's scaling policy (KEDA ScaledObject fields plus HPA behavior, plus ours)."""
 
-    min_replica_count: int = Field(default=1, ge=0, le=10_000)
-    max_replica_count: int = Field(default=16, ge=1, le=10_000)
-    idle_replica_count: int | None = Field(default=None, ge=0)
+    min_replica_count: int = Field(default=1, ge=0, le=REPLICAS_MAX)
+    max_replica_count: int = Field(default=16, ge=1, le=REPLICAS_MAX)
+    idle_replica_count: int | None = Field(default=None, ge=0, le=REPLICAS_MAX)
     cooldown_period: int = Field(default=300, ge=0, le=86_400)
     polling_interval: float = Field(default=1.0, gt=0, le=3600)
     fallback: Fallback | None = None

@@ -372,10 +372,14 @@ def create_app(
 
     # -- health and metrics ----------------------------------------------------------
 
-    @app.get("/healthz", tags=["health"])
-    async def healthz() -> dict[str, str]:
-        """Liveness: the process answers."""
-        return {"status": "ok"}
+    @app.get("/healthz", tags=["health"], responses=_R503)
+    async def healthz() -> SafeJSONResponse:
+        """Liveness: the control loop completed a tick within HEALTHZ_STALE_TICKS ticks
+        (503 with the age otherwise: the loop is stuck or dead, restart the process)."""
+        stale = state.loop.stale()
+        if stale is not None:
+            return SafeJSONResponse({"status": "stale", "problems": [stale]}, status_code=503)
+        return SafeJSONResponse({"status": "ok"})
 
     @app.get("/readyz", tags=["health"], responses=_R503)
     async def readyz() -> SafeJSONResponse:
@@ -383,6 +387,8 @@ def create_app(
         problems: list[str] = []
         if not state.ready:
             problems.append("control loop has not completed its first tick")
+        if state.loop.error is not None:
+            problems.append(f"control loop restarting after an error: {state.loop.error}")
         try:
             await store.list()
         except Exception as err:  # any store failure means not ready; reported, not raised

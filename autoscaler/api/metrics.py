@@ -101,6 +101,17 @@ class ControllerMetrics:
             [*target, "reason"],
             registry=r,
         )
+        self.reconcile_errors = Counter(
+            "llm_autoscaler_reconcile_errors",
+            "Reconciles of a target that raised (the other targets went on).",
+            target,
+            registry=r,
+        )
+        self.loop_restarts = Counter(
+            "llm_autoscaler_loop_restarts",
+            "Control-loop restarts after an unexpected error (with backoff).",
+            registry=r,
+        )
         self.tick_duration = Histogram(
             "llm_autoscaler_tick_duration_seconds",
             "Duration of one control-loop tick over all targets.",
@@ -165,6 +176,12 @@ class ControllerMetrics:
         if reason not in REJECT_REASONS:  # closed label set, whatever a source reports
             reason = "other"
         self.rejected_values.labels(ref.namespace, ref.name, reason).inc(count)
+
+    def observe_reconcile_error(self, ref: TargetRef) -> None:
+        self.reconcile_errors.labels(ref.namespace, ref.name).inc()
+
+    def observe_loop_restart(self) -> None:
+        self.loop_restarts.inc()
 
     def observe_request(self, method: str, route: str, status: int, duration_s: float) -> None:
         """``route`` must be a route template (or `UNMATCHED_ROUTE`), never a raw path."""

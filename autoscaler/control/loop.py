@@ -3,6 +3,12 @@
 A tick: observe the target (replicas, ready pods, capacity) -> read signals (missing,
 never zero, when a source fails) -> update the forecast -> `decide` (pure) -> actuate
 (leader only, direct mode only, re-deciding after a conflict) -> warm pool -> publish.
+
+Supervision: an exception in one target's reconcile (any type, e.g. a raw TimeoutError
+from a client) is caught for that target, counted, logged once per failure streak and
+shown as its ``ReconcileFailed`` condition; other targets go on. An unexpected error in
+the loop itself restarts the ticking after an exponential backoff and sets
+``state.loop.error`` (/readyz 503) until a tick completes again.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from autoscaler.policy.core import decide, initial_state
 from autoscaler.store.base import StoredTarget, TargetSpec
 
 log = get_logger(__name__)
+
+RESTART_BACKOFF_MAX_S = 60.0
 
 PlannerFactory = Callable[[TargetSpec], PlannerPort]
 
@@ -62,6 +70,9 @@ class ControlLoop:
         self._decision_states: dict[TargetRef, DecisionState] = {}
         self._planners: dict[TargetRef, PlannerPort] = {}
         self._next_due: dict[TargetRef, float] = {}
+        self._failing: dict[TargetRef, int] = {}  # consecutive failed reconciles per target
+        self._loop_failures = 0  # consecutive loop failures (restart backoff exponent)
+        state.loop.clock, state.loop.tick_interval_s = self.clock, tick_interval_s
 
     # -- targets --------------------------------------------------------------------------
     def set_targets(self, targets: Iterable[StoredTarget]) -> None:
@@ -84,10 +95,32 @@ class ControlLoop:
                 self._decision_states.pop(ref, None)
                 self._planners.pop(ref, None)
                 self._next_due.pop(ref, None)
+                self._failing.pop(ref, None)
 
     # -- loop -----------------------------------------------------------------------------
     async def run(self) -> None:
-        """Tick forever at ``tick_interval_s`` (aligned to the clock, no drift)."""
+        """Tick forever, supervised: an unexpected error restarts the ticking after
+        ``tick x 2^(n-1)`` seconds (n consecutive failures, at most RESTART_BACKOFF_MAX_S)."""
+        health = self.state.loop
+        health.started_t = self.clock.now()
+        while True:
+            try:
+                await self._tick_forever()
+            except Exception as err:  # supervision: whatever broke, tick again later
+                self._loop_failures += 1
+                delay_s = min(
+                    self.tick_interval_s * 2 ** min(self._loop_failures - 1, 30),
+                    RESTART_BACKOFF_MAX_S,
+                )
+                health.error = f"{type(err).__name__}: {err}"[:500]
+                health.restarts += 1
+                log.error("control loop failed; restarting", error=health.error, backoff_s=delay_s)
+                if self.observer is not None:
+                    self.observer.observe_loop_restart()
+                await self.clock.sleep(delay_s)
+
+    async def _tick_forever(self) -> None:
+        """Tick at ``tick_interval_s`` (aligned to the clock, no drift)."""
         next_t = self.clock.now()
         while True:
             await self.tick()
@@ -115,17 +148,42 @@ class ControlLoop:
         self.state.ready = True
         if self.observer is not None:
             self.observer.observe_tick(self.clock.now() - start)
+        self.state.loop.last_tick_t = self.clock.now()  # a completed tick: ticks resumed
+        self.state.loop.error = None
+        self._loop_failures = 0
         return [d for d in results if d is not None]
 
     async def _reconcile_guarded(self, ref: TargetRef) -> Decision | None:
+        """One target's reconcile; no exception of one target reaches the others."""
         try:
-            return await self.reconcile(ref)
-        except AutoscalerError as err:
-            log.warning("reconcile failed", target=str(ref), error=str(err))
-            st = self.state.targets.get(ref)
-            if st is not None:
-                st.condition = f"ReconcileFailed: {err}"
+            decision = await self.reconcile(ref)
+        except Exception as err:  # any type: a raw client TimeoutError must not stop the loop
+            self._reconcile_failed(ref, err)
             return None
+        failed = self._failing.pop(ref, 0)
+        st = self.state.targets.get(ref)
+        if st is not None and st.condition and st.condition.startswith("ReconcileFailed"):
+            st.condition = None
+        if failed:
+            log.info("reconcile recovered", target=str(ref), failed_ticks=failed)
+        return decision
+
+    def _reconcile_failed(self, ref: TargetRef, err: Exception) -> None:
+        """Count the failure; log it once per failure streak (with the traceback when
+        the error is not one of ours); show it as the target's condition."""
+        streak = self._failing[ref] = self._failing.get(ref, 0) + 1
+        self.state.loop.reconcile_errors += 1
+        message = f"{type(err).__name__}: {err}"[:500]
+        if streak == 1:
+            if isinstance(err, AutoscalerError):
+                log.warning("reconcile failed", target=str(ref), error=message)
+            else:
+                log.error("reconcile failed", target=str(ref), error=message, exc_info=err)
+        if self.observer is not None:
+            self.observer.observe_reconcile_error(ref)
+        st = self.state.targets.get(ref)
+        if st is not None:
+            st.condition = f"ReconcileFailed: {message}"
 
     # -- one target -----------------------------------------------------------------------
     def _planner(self, spec: TargetSpec) -> PlannerPort | None:

@@ -86,6 +86,10 @@ class DecisionObserver(Protocol):
         """Pods (or answers) whose values were out of range, by closed-set reason."""
         ...
 
+    def observe_reconcile_error(self, ref: TargetRef) -> None: ...
+
+    def observe_loop_restart(self) -> None: ...
+
 
 class AlwaysLeader:
     """Single-instance mode (local demo, leader election disabled)."""

@@ -11,11 +11,15 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
+from autoscaler.control.clock import Clock
 from autoscaler.domain import Decision, Observation, TargetRef
 from autoscaler.store.base import TargetSpec
 
 HISTORY_LEN = 500
 OBSERVATIONS_LEN = 600
+# /healthz answers 503 once the last completed tick (or the loop's start, before the first
+# tick) is older than this many tick intervals: the loop is stuck or dead.
+HEALTHZ_STALE_TICKS = 30
 
 
 @dataclass
@@ -38,6 +42,31 @@ class TargetStatus:
         return list(self.history)[-limit:][::-1]
 
 
+@dataclass
+class LoopHealth:
+    """What /healthz and /readyz judge the control loop by (written by the loop only)."""
+
+    clock: Clock | None = None  # the loop's clock; None while no loop runs (nothing to judge)
+    tick_interval_s: float = 1.0
+    started_t: float | None = None
+    last_tick_t: float | None = None
+    error: str | None = None  # the last unexpected loop error, until a tick completes again
+    restarts: int = 0
+    reconcile_errors: int = 0
+
+    def stale(self) -> str | None:
+        """Why the loop counts as dead (no tick for HEALTHZ_STALE_TICKS), else None."""
+        if self.clock is None or self.started_t is None:
+            return None
+        since = self.last_tick_t if self.last_tick_t is not None else self.started_t
+        age_s = self.clock.now() - since
+        limit_s = HEALTHZ_STALE_TICKS * self.tick_interval_s
+        if age_s <= limit_s:
+            return None
+        what = "last completed tick" if self.last_tick_t is not None else "loop start, no tick"
+        return f"{what} {age_s:.1f}s ago (limit {limit_s:g}s = {HEALTHZ_STALE_TICKS} ticks)"
+
+
 class ControllerState:
     """Shared, single-event-loop state. Mutated only by the control loop."""
 
@@ -46,6 +75,7 @@ class ControllerState:
         self.is_leader: bool = False
         self.ready: bool = False
         self.ticks: int = 0
+        self.loop = LoopHealth()
         # A fresh Event per publish: waiters hold the current one, publish sets it and
         # swaps in a new one. (asyncio.Condition.wait under wait_for can raise "Lock is
         # not acquired" when cancelled on Python 3.11; Event.wait cancels cleanly.)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from typing import Literal, TextIO
 
 import structlog
 
@@ -23,8 +23,11 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
-def configure_logging(fmt: str | None = None, level: str | None = None) -> None:
-    """Configure structlog and the stdlib root logger once, to stderr."""
+def configure_logging(
+    fmt: str | None = None, level: str | None = None, stream: TextIO | None = None
+) -> None:
+    """Configure structlog and the stdlib root logger once, to stderr (or ``stream``:
+    the demo sends its logs to a file so the terminal shows only its table)."""
     from autoscaler.settings import Settings
 
     settings = Settings()
@@ -37,7 +40,7 @@ def configure_logging(fmt: str | None = None, level: str | None = None) -> None:
         if chosen == "console"
         else structlog.processors.JSONRenderer()
     )
-    logging.basicConfig(stream=sys.stderr, level=lvl, format="%(message)s", force=True)
+    logging.basicConfig(stream=stream or sys.stderr, level=lvl, format="%(message)s", force=True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -48,7 +51,7 @@ def configure_logging(fmt: str | None = None, level: str | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(lvl)),
-        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
+        logger_factory=structlog.PrintLoggerFactory(file=stream or _CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
 

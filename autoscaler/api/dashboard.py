@@ -10,7 +10,7 @@ draws with uPlot, vendored in ``static/`` (no CDN at run time). Missing signals 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any, Final
 
@@ -139,16 +139,24 @@ def target_view(status: TargetStatus, slo_ttft_s: float = DEFAULT_SLO_TTFT_S) ->
     return view
 
 
+Comparison = Callable[[], Mapping[str, Any]]
+"""Optional side-by-side series (the demo's two fleets), passed through to the page."""
+
+
 def dashboard_state(
-    state: ControllerState, slo_ttft_s: float = DEFAULT_SLO_TTFT_S
+    state: ControllerState,
+    slo_ttft_s: float = DEFAULT_SLO_TTFT_S,
+    comparison: Comparison | None = None,
 ) -> dict[str, Any]:
-    """The JSON feed: controller flags and one view per target, sorted by id."""
+    """The JSON feed: controller flags, one view per target sorted by id, and the
+    side-by-side block when there is one (``null`` otherwise)."""
     targets = sorted(state.targets.values(), key=lambda s: str(s.spec.ref))
     return {
         "ready": state.ready,
         "leader": state.is_leader,
         "ticks": state.ticks,
         "targets": [target_view(s, slo_ttft_s) for s in targets],
+        "comparison": _clean(comparison()) if comparison is not None else None,
     }
 
 
@@ -156,7 +164,12 @@ def _static(name: str) -> bytes:
     return resources.files("autoscaler.api").joinpath("static", name).read_bytes()
 
 
-def dashboard_router(state: ControllerState, slo_ttft_s: float = DEFAULT_SLO_TTFT_S) -> APIRouter:
+def dashboard_router(
+    state: ControllerState,
+    slo_ttft_s: float = DEFAULT_SLO_TTFT_S,
+    *,
+    comparison: Comparison | None = None,
+) -> APIRouter:
     """``/`` (the page), ``/dashboard/static/{file}`` and ``/v1/dashboard/state``."""
     router = APIRouter(tags=["dashboard"])
 
@@ -173,6 +186,6 @@ def dashboard_router(state: ControllerState, slo_ttft_s: float = DEFAULT_SLO_TTF
 
     @router.get("/v1/dashboard/state")
     async def feed() -> JSONResponse:
-        return JSONResponse(dashboard_state(state, slo_ttft_s))
+        return JSONResponse(dashboard_state(state, slo_ttft_s, comparison))
 
     return router

@@ -26,7 +26,13 @@ from autoscaler.settings import read_config_file
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("decide", help="replay signals (JSONL) through the decision core")
+    p = sub.add_parser(
+        "decide",
+        help="replay signals (JSONL) through the decision core",
+        description="Replays a timestamped signal sequence (one JSON object per line) "
+        "through the pure decision core with a policy; prints one JSON decision per line "
+        "(reason, message, numbers). No cluster needed.",
+    )
     p.add_argument("--policy", required=True, help="policy file (YAML or JSON)")
     p.add_argument("--signals", required=True, help="signals JSONL file ('-' for stdin)")
     p.set_defaults(func=run)

@@ -5,28 +5,121 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
-from autoscaler.demo.app import DemoOptions, run_demo
+from autoscaler.demo.app import DemoOptions, PortInUse, run_demo
 from autoscaler.errors import AutoscalerError
+
+DESCRIPTION = """\
+Runs, on 127.0.0.1 only and with no cluster or GPU: a local Kubernetes API with emulated
+vLLM pods and GPU nodes, this controller (REST API, dashboard, KEDA gRPC scaler), and a
+burst of the Azure code trace replayed at two fleets side by side: one scaled by this
+controller (with a warm pool of pause pods), one by the seeds' KEDA+HPA policy.
+The terminal shows a live table and a summary; logs go to --log-file."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("demo", help="run the embedded demo (no cluster, no GPU)")
     d = DemoOptions()
-    p.add_argument("--http-port", type=int, default=d.http_port)
-    p.add_argument("--grpc-port", type=int, default=d.grpc_port)
-    p.add_argument("--duration", type=float, default=d.duration_s, help="seconds (real time)")
-    p.add_argument("--speed", type=float, default=d.speed, help="emulated time per real second")
-    p.add_argument("--headless", action="store_true", help="plain output, no live table")
+    p = sub.add_parser(
+        "demo",
+        help="run the embedded demo (no cluster, no GPU)",
+        description=DESCRIPTION,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=d.http_port,
+        help="REST API and dashboard port (0: any free)",
+    )
+    p.add_argument(
+        "--grpc-port",
+        type=int,
+        default=d.grpc_port,
+        help="KEDA external-scaler gRPC port (0: any free)",
+    )
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=d.duration_s,
+        help="real seconds, first cold start included",
+    )
+    p.add_argument("--speed", type=float, default=d.speed, help="emulated seconds per real second")
+    p.add_argument(
+        "--headless",
+        action="store_true",
+        help="one plain line per second instead of the live table",
+    )
     p.add_argument("--load", type=float, default=d.load_factor, help="trace rate multiplier")
-    p.add_argument("--cold-start", type=float, default=d.cold_start_s, help="emulated seconds")
-    p.add_argument("--trace", type=Path, default=None, help="Azure CSV trace (default: code)")
-    p.add_argument("--summary", type=Path, default=d.summary_path)
+    p.add_argument(
+        "--cold-start",
+        type=float,
+        default=d.cold_start_s,
+        help="emulated seconds from a pod's start on a warm GPU to Ready",
+    )
+    p.add_argument(
+        "--node-provision",
+        type=float,
+        default=d.node_provision_s,
+        help="emulated seconds to add a GPU node",
+    )
+    p.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        help="Azure CSV trace (default: the bundled burst of the code trace)",
+    )
+    p.add_argument(
+        "--summary", type=Path, default=d.summary_path, help="where the JSON summary is written"
+    )
+    p.add_argument(
+        "--log-file",
+        type=Path,
+        default=Path("out/demo.log"),
+        help="where the controller's logs go (JSON lines)",
+    )
+    p.add_argument(
+        "--api-token",
+        default=None,
+        help="bearer token for REST writes "
+        "(default: AUTOSCALER_API_TOKEN, else generated and printed)",
+    )
     p.set_defaults(func=run)
 
 
+def _log_to_file(path: Path, level: str | None) -> Any:
+    """Every log line (controller decisions, library warnings) to ``path``, none on the
+    terminal: the terminal is the live table's."""
+    from autoscaler.logging import configure_logging
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = path.open("w", encoding="utf-8")
+    configure_logging(fmt="json", level=level, stream=fh)
+    return fh
+
+
+def _summary_line(s: dict[str, Any], path: Path, log_file: Path) -> str:
+    lines = [
+        f"summary: {s['decisions']} decisions, {s['scale_ups']} scale-ups, "
+        f"{s['scale_downs']} scale-downs, max {s['max_replicas']} replicas "
+        "(times below are emulated seconds)"
+    ]
+    for key, f in s["fleets"].items():
+        load = f.get("load") or {}
+        lines.append(
+            f"  {key:5s} {f['title']:18s} TTFT p50 {f['ttft_p50_s']} s, p95 {f['ttft_p95_s']} s; "
+            f"{f['gpu_seconds'] / 3600:.2f} GPU-hours, max {f['max_gpus']} GPUs; "
+            f"load: {load.get('ok', 0)} ok, {load.get('failed', 0)} failed, "
+            f"{load.get('cancelled', 0)} cut at the end"
+        )
+    lines.append(f"written to {path}; logs in {log_file}")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()  # --duration counts from here, start-up included
     if args.duration <= 0 or args.speed <= 0 or args.load <= 0:
         print("error: --duration, --speed and --load must be > 0", file=sys.stderr)
         return 2
@@ -38,19 +131,21 @@ def run(args: argparse.Namespace) -> int:
         headless=args.headless,
         load_factor=args.load,
         cold_start_s=args.cold_start,
+        node_provision_s=args.node_provision,
         trace=args.trace,
         summary_path=args.summary,
+        api_token=args.api_token,
     )
+    log = _log_to_file(args.log_file, getattr(args, "log_level", None))
     try:
-        result = asyncio.run(run_demo(opts, sys.stdout))
+        result = asyncio.run(run_demo(opts, sys.stdout, started=started))
+    except PortInUse as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except AutoscalerError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    s = result.summary
-    print(
-        f"summary: {s['decisions']} decisions, {s['scale_ups']} scale-ups, "
-        f"{s['scale_downs']} scale-downs, max {s['max_replicas']} replicas; "
-        f"load {s['load']}; written to {opts.summary_path}",
-        flush=True,
-    )
+    finally:
+        log.flush()
+    print(_summary_line(result.summary, opts.summary_path, args.log_file), flush=True)
     return 0

@@ -11,15 +11,38 @@ import sys
 from autoscaler.errors import AutoscalerError
 from autoscaler.settings import Settings
 
+DESCRIPTION = """\
+Runs the controller against the cluster in your kubeconfig (or in-cluster config): it
+watches LLMAutoscaler resources, scrapes the vLLM pods (or queries Prometheus), decides,
+and in direct mode patches the Deployments' scale subresource; it serves the REST API and
+dashboard (--http-port) and the KEDA external scaler (--grpc-port). Every other setting
+comes from AUTOSCALER_* environment variables (see docs/install.md)."""
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("run", help="run the controller against a cluster")
+    p = sub.add_parser("run", help="run the controller against a cluster", description=DESCRIPTION)
     p.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: KUBECONFIG)")
-    p.add_argument("--context", default=None, help="kubeconfig context")
-    p.add_argument("--mode", choices=["direct", "keda", "advisory"], default=None)
+    p.add_argument("--context", default=None, help="kubeconfig context (default: current)")
+    p.add_argument(
+        "--mode",
+        choices=["direct", "keda", "advisory"],
+        default=None,
+        help="direct: patch the scale subresource; keda: serve KEDA, never write; "
+        "advisory: decide and publish only (default: AUTOSCALER_MODE, else direct)",
+    )
     p.add_argument("--namespace", default=None, help="watch one namespace (default: all)")
-    p.add_argument("--http-port", type=int, default=None)
-    p.add_argument("--grpc-port", type=int, default=None)
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="REST API, dashboard and /metrics port (default: AUTOSCALER_HTTP__PORT, else 8080)",
+    )
+    p.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="KEDA external-scaler gRPC port (default: AUTOSCALER_GRPC__PORT, else 9090)",
+    )
     p.set_defaults(func=run)
 
 

@@ -19,9 +19,20 @@ from autoscaler.metrics.engines import ENGINES, EngineSnapshot, read_snapshot
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("signals", help="print engine signals read from saved /metrics pages")
-    p.add_argument("--engine", choices=["auto", *ENGINES], default="auto")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p = sub.add_parser(
+        "signals",
+        help="print engine signals read from saved /metrics pages",
+        description="Reads saved Prometheus /metrics pages of vLLM, SGLang, TGI or "
+        "TensorRT-LLM into the canonical signals the controller decides on (absent = "
+        "null, never 0).",
+    )
+    p.add_argument(
+        "--engine",
+        choices=["auto", *ENGINES],
+        default="auto",
+        help="engine whose metric names to read (default: auto, detected per page)",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="saved /metrics pages")
     p.set_defaults(func=run)
 
 

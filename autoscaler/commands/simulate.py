@@ -37,7 +37,9 @@ def register(subparsers: Any) -> None:
         default="default",
         help="preset (default, s3-streamer, download, 70b) or seconds: warm-node median",
     )
-    p.add_argument("--price-per-gpu-hour", type=float, default=4.0)
+    p.add_argument(
+        "--price-per-gpu-hour", type=float, default=4.0, help="USD per GPU-hour (default: 4.0)"
+    )
     p.add_argument("--warm-pool", type=int, default=0, help="pause pods kept warm")
     p.add_argument("--rate-scale", type=float, default=1.0, help="thin/duplicate requests")
     p.add_argument("--speed-up", type=float, default=1.0, help="compress time")
@@ -50,7 +52,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--static-replicas", type=int, default=None, help="skip static sizing")
     p.add_argument("--json", type=Path, default=None, help="write results JSON here")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG plot here")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="cluster and sampling seed (default: 0)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
 

@@ -2,20 +2,24 @@
 
 Pieces, all real except the GPUs: a local Kubernetes-API-compatible endpoint whose
 deployment controller turns each pod into an emulated vLLM replica (cold start, then
-Ready); the control loop reading the pods' /metrics, forecasting, deciding and patching
-the Deployment's scale subresource through kubernetes-asyncio; the REST API, dashboard and
-KEDA gRPC scaler; and a load generator replaying a burst from a shared Azure trace.
+Ready) and an emulated node provisioner; the control loop reading the pods' /metrics,
+forecasting, deciding and patching the Deployments' scale subresource through
+kubernetes-asyncio; the REST API, dashboard and KEDA gRPC scaler; and a load generator
+replaying a burst of the Azure code trace (bundled) at two fleets side by side: one run
+by this controller (with a warm pool), one by the seeds' KEDA+HPA policy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
-import tempfile
+import secrets
+import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -28,6 +32,9 @@ from autoscaler.control.loop import ControlLoop
 from autoscaler.control.signals import SourceSignals
 from autoscaler.control.state import ControllerState
 from autoscaler.control.tasks import TaskGroup
+from autoscaler.demo.cluster import NodeProvisioner, deployment, node
+from autoscaler.demo.compare import Comparison
+from autoscaler.demo.fleets import DEMO_POLICY, FleetSpec, fleets
 from autoscaler.demo.runtime import EmulatedClock, EmulatorRuntime
 from autoscaler.demo.view import DemoView
 from autoscaler.domain import Decision, TargetRef
@@ -41,45 +48,21 @@ from autoscaler.kube.events import EventRecorder
 from autoscaler.kube.localapi.server import LocalKubeAPI
 from autoscaler.kube.warmpool import WarmPoolManager
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
-from autoscaler.policy.schema import load_policy
 from autoscaler.sim.traces import Trace, load_azure_csv, scale_rate
 from autoscaler.store.base import PolicyStore, ScaleTargetRef, TargetSpec
 from autoscaler.store.file import FilePolicyStore
+
+__all__ = ["DEMO_POLICY", "DemoOptions", "DemoResult", "PortInUse", "run_demo"]
 
 # A 6-minute window of the Azure code trace (its busiest burst) ships with the package;
 # see data/README.md for source and licence.
 BUNDLED_TRACE = Path(__file__).resolve().parent / "data" / "azure_code_minutes_13_19.csv.gz"
 BUNDLED_TRACE_OFFSET_S = 13 * 60.0
+SHUTDOWN_GRACE_S = 2.0  # real seconds for in-flight requests once the time is up
 
-# The control loop runs in emulated time (see EmulatedClock), so these are the values a
-# user would run in production: windows, cooldowns and cold starts in real-world seconds.
-DEMO_POLICY: dict[str, Any] = {
-    "minReplicaCount": 1,
-    "maxReplicaCount": 6,
-    "cooldownPeriod": 300,
-    "pollingInterval": 1,
-    "metrics": [
-        {"signal": "waiting", "type": "AverageValue", "target": 4},
-        {"signal": "running", "type": "AverageValue", "target": 48},
-        {"signal": "kv_cache_usage", "type": "Value", "target": 0.8},
-    ],
-    "behavior": {
-        "scaleUp": {
-            "stabilizationWindowSeconds": 0,
-            "policies": [
-                {"type": "Percent", "value": 100, "periodSeconds": 15},
-                {"type": "Pods", "value": 4, "periodSeconds": 15},
-            ],
-        },
-        "scaleDown": {
-            "stabilizationWindowSeconds": 60,
-            "policies": [{"type": "Pods", "value": 1, "periodSeconds": 20}],
-        },
-    },
-    "panic": {"windowSeconds": 6, "threshold": 2.0, "stableWindowSeconds": 60},
-    "prediction": {"enabled": True, "forecaster": "auto", "coldStartPriorSeconds": 60},
-    "warmPool": {"enabled": True, "minReplicas": 0, "maxReplicas": 2, "leadTimeSeconds": 120},
-}
+
+class PortInUse(ConfigError):
+    """A port the demo must bind is taken (the command exits 2 with one line)."""
 
 
 @dataclass(frozen=True)
@@ -89,73 +72,84 @@ class DemoOptions:
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     grpc_port: int = 9090
-    duration_s: float = 120.0
+    duration_s: float = 120.0  # real seconds, the first cold start included
     speed: float = 4.0
     headless: bool = False
     load_factor: float = 4.0
     cold_start_s: float = 60.0  # emulated seconds (warm node, cached image, local weights)
+    node_provision_s: float = 120.0  # emulated seconds to add a GPU node (calibration median)
+    gpus_per_node: int = 2
     trace: Path | None = None
     trace_start_s: float = 13 * 60.0  # seconds into the code trace: its busiest minutes
     tick_s: float = 1.0  # emulated seconds
     summary_path: Path = Path("out/demo-summary.json")
+    api_token: str | None = None  # else AUTOSCALER_API_TOKEN[_FILE], else generated
 
 
 @dataclass
 class DemoResult:
     decisions: list[Decision] = field(default_factory=list)
-    load: LoadReport | None = None
+    load: dict[str, LoadReport] = field(default_factory=dict)
     max_replicas: int = 0
     summary: dict[str, Any] = field(default_factory=dict)
+    url: str = ""
+    api_token: str = ""
 
 
 def burst_trace(opts: DemoOptions) -> Trace:
-    """The first 40% of the run is the burst, the rest is quiet for the scale-down."""
+    """The bundled burst (or ``--trace`` from ``trace_start_s``) at ``load_factor``."""
     path = opts.trace or BUNDLED_TRACE
     if not path.exists():
         raise ConfigError(f"trace: file {str(path)!r} does not exist")
     trace = load_azure_csv(path)
-    start = opts.trace_start_s - (BUNDLED_TRACE_OFFSET_S if opts.trace is None else 0.0)
-    burst_s = opts.duration_s * opts.speed * 0.4
-    window = trace.window(max(start, 0.0), max(start, 0.0) + burst_s)
+    start = max(opts.trace_start_s - (BUNDLED_TRACE_OFFSET_S if opts.trace is None else 0.0), 0)
+    window = trace.window(start, start + opts.duration_s * opts.speed)
     return scale_rate(window, opts.load_factor, seed=7) if opts.load_factor != 1 else window
 
 
+def check_ports(opts: DemoOptions) -> None:
+    """Fail before starting anything when a port is taken: one line naming it."""
+    for port, flag in ((opts.http_port, "--http-port"), (opts.grpc_port, "--grpc-port")):
+        if port == 0:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((opts.http_host, port))
+            except OSError as err:
+                why = "is already in use" if err.errno == errno.EADDRINUSE else err.strerror
+                raise PortInUse(
+                    f"port {port} on {opts.http_host} {why}; choose another with "
+                    f"{flag} PORT (0 picks a free one)"
+                ) from None
+
+
+def api_settings(opts: DemoOptions) -> tuple[ApiSettings, bool]:
+    """--api-token, else AUTOSCALER_API_TOKEN[_FILE] (as docs/api.md says), else a new
+    random token; the flag says whether it was generated (then it is printed)."""
+    settings = ApiSettings.from_env()
+    token = opts.api_token or settings.write_token
+    generated = token is None
+    return replace(settings, write_token=token or secrets.token_urlsafe(18)), generated
+
+
 def _deployment(opts: DemoOptions) -> dict[str, Any]:
-    labels = {"app": opts.name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": opts.name, "namespace": opts.namespace, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "vllm",
-                            "image": "vllm/vllm-openai:v0.11.0",
-                            "ports": [{"containerPort": 8000, "name": "http"}],
-                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                        }
-                    ]
-                },
-            },
-        },
-    }
+    """One vLLM Deployment on the ``default`` pool (tests and bench_reaction use it)."""
+    return deployment(opts.namespace, opts.name, "default")
 
 
 def _node(name: str, gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
-        "status": {
-            "allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus)},
-            "capacity": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus)},
-        },
-    }
+    """A ready GPU node of the ``default`` pool (see `_deployment`)."""
+    return node(name, "default", gpus)
+
+
+def _target(opts: DemoOptions, fleet: FleetSpec) -> TargetSpec:
+    return TargetSpec(
+        ref=TargetRef(opts.namespace, fleet.name),
+        policy=fleet.policy,
+        scale_target_ref=ScaleTargetRef(kind="Deployment", name=fleet.name),
+        mode="direct",
+    )
 
 
 async def _follow_store(store: PolicyStore, loop: ControlLoop) -> None:
@@ -163,41 +157,71 @@ async def _follow_store(store: PolicyStore, loop: ControlLoop) -> None:
         loop.set_targets(targets)
 
 
+async def _serve_grpc(state: ControllerState, opts: DemoOptions) -> Any:
+    from autoscaler.keda.server import serve_grpc
+
+    return await serve_grpc(state, opts.http_host, opts.grpc_port)
+
+
+def _mount_dashboard(app: Any, state: ControllerState, comparison: Comparison) -> None:
+    from autoscaler.api.dashboard import dashboard_router
+
+    app.include_router(dashboard_router(state, comparison=comparison.feed))
+
+
+def _banner(url: str, grpc: str, opts: DemoOptions, token: str, generated: bool) -> str:
+    ref = f"{opts.namespace}/{opts.name}"
+    src = "generated for this run" if generated else "from --api-token / AUTOSCALER_API_TOKEN"
+    return (
+        f"dashboard: {url}/   REST API: {url}/docs   KEDA gRPC: {grpc}\n"
+        f"API token ({src}): {token}\n"
+        f"change the policy live, e.g.:\n"
+        f"  curl -X PATCH -H 'Authorization: Bearer {token}' "
+        f"-H 'Content-Type: application/merge-patch+json' "
+        f"-d '{{\"maxReplicaCount\": 3}}' {url}/v1/targets/{ref}/policy\n"
+        f'hand the target to KEDA instead: same URL without /policy, -d \'{{"mode": "keda"}}\''
+    )
+
+
 async def run_demo(
     opts: DemoOptions,
     out: TextIO,
     *,
-    on_ready: Callable[[str], None] | None = None,
+    on_ready: Callable[[DemoResult], None] | None = None,
+    started: float | None = None,
 ) -> DemoResult:
-    ref = TargetRef(opts.namespace, opts.name)
+    """Run for ``duration_s`` real seconds from ``started`` (time.monotonic(); default
+    now), then stop in order: load cut, loop and servers stopped, emulators closed."""
+    check_ports(opts)
+    deadline = (started if started is not None else time.monotonic()) + opts.duration_s
     result = DemoResult()
+    settings, generated = api_settings(opts)
+    result.api_token = settings.write_token or ""
+    specs = fleets(opts.name)
+    trace = burst_trace(opts)
     tasks = TaskGroup("demo")
     async with contextlib.AsyncExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llm-autoscaler-demo-")))
+        tmp = Path(stack.enter_context(_tempdir()))
         fleet = EmulatorFleet(speed=opts.speed)
         stack.push_async_callback(fleet.stop_all)
         clock = EmulatedClock(fleet, wall_start=time.time())
-        kube = LocalKubeAPI(
-            controller=True,
-            runtime=EmulatorRuntime(fleet, opts.cold_start_s, match_labels={"app": opts.name}),
-            clock=clock.wall,
-        )
+        runtime = EmulatorRuntime(fleet, opts.cold_start_s, apps=frozenset(f.name for f in specs))
+        kube = LocalKubeAPI(controller=True, runtime=runtime, clock=clock.wall)
         await kube.start()
         stack.push_async_callback(kube.close)
-        kube.create("nodes", _node("gpu-node-1", 8))
-        kube.create("deployments", _deployment(opts), group="apps")
+        provisioner = NodeProvisioner(
+            kube, clock, gpus_per_node=opts.gpus_per_node, provision_s=opts.node_provision_s
+        )
+        stack.push_async_callback(provisioner.close)
+        for f in specs:
+            provisioner.add_ready(f.key, f.initial_nodes)
+            kube.create("deployments", deployment(opts.namespace, f.name, f.key), group="apps")
         api = api_client_for(kube.url)
         stack.push_async_callback(api.close)
 
         store = FilePolicyStore(tmp / "policies.yaml")
-        await store.put(
-            TargetSpec(
-                ref=ref,
-                policy=load_policy(DEMO_POLICY),
-                scale_target_ref=ScaleTargetRef(kind="Deployment", name=opts.name),
-                mode="direct",
-            )
-        )
+        for f in specs:
+            await store.put(_target(opts, f))
         state = ControllerState()
         metrics = ControllerMetrics()
         cache = ClusterCache(api)
@@ -223,90 +247,110 @@ async def run_demo(
             tick_interval_s=opts.tick_s,
         )
         loop.set_targets(await store.list())
-        app = create_app(state, store, ApiSettings(), metrics=metrics)
-        _mount_dashboard(app, state)
+        comparison = Comparison(specs, opts.namespace, kube, runtime, state, clock)
+        app = create_app(state, store, settings, metrics=metrics)
+        _mount_dashboard(app, state, comparison)
         http = await serve_http(app, opts.http_host, opts.http_port)
         stack.push_async_callback(http.stop)
-        grpc_stop = await _serve_grpc(state, opts)
-        if grpc_stop is not None:
-            stack.push_async_callback(grpc_stop)
+        grpc = await _serve_grpc(state, opts)
+        stack.push_async_callback(grpc.stop)
         stack.push_async_callback(tasks.stop)
         tasks.spawn("store-watch", _follow_store(store, loop))
         tasks.spawn("control-loop", loop.run())
+        tasks.spawn("node-provisioner", provisioner.run([f.key for f in specs]))
+        result.url = http.url
+        print(_banner(http.url, grpc.target, opts, result.api_token, generated), file=out)
+        out.flush()
         if on_ready is not None:
-            on_ready(http.url)
-        print(
-            f"dashboard: {http.url}/   REST API: {http.url}/docs   "
-            f"KEDA gRPC: {opts.http_host}:{opts.grpc_port}",
-            file=out,
-            flush=True,
-        )
+            on_ready(result)
 
-        await _wait_for_ready_pod(fleet, timeout_s=max(30.0, 3 * opts.cold_start_s / opts.speed))
-        loadgen = LoadGenerator(
-            fleet.ready_urls,
-            speed=opts.speed,
-            balance="least-outstanding",
-            max_duration_s=opts.duration_s,
-            max_requests=50_000,
-            request_timeout_s=60.0,
+        view = DemoView(
+            out,
+            live=not opts.headless,
+            titles={f.key: f.title for f in specs},
+            cold_start_s=opts.cold_start_s,
         )
-        load_task = tasks.spawn("load", loadgen.run(burst_trace(opts)))
-        view = DemoView(out, live=not opts.headless)
-        started = time.monotonic()
+        stop = asyncio.Event()
+        loads: dict[str, asyncio.Task[LoadReport]] = {}
         with view:
-            while time.monotonic() - started < opts.duration_s:
-                await asyncio.sleep(1.0)
-                status = state.status(ref)
-                if status is not None and status.last_decision is not None:
-                    obs = status.observations[-1] if status.observations else None
-                    view.update(clock.now(), status.last_decision, obs)
-                    result.max_replicas = max(
-                        result.max_replicas, status.last_decision.current_replicas
-                    )
-        if load_task.done() and not load_task.cancelled() and load_task.exception() is None:
-            result.load = load_task.result()
-        status = state.status(ref)
-        result.decisions = list(status.history) if status is not None else []
-        result.summary = summarize(result, opts)
+            while time.monotonic() < deadline:
+                t, samples = comparison.sample()
+                view.update(t, samples)
+                if not loads and all(runtime.ready_urls(f.name) for f in specs):
+                    loads = _start_load(specs, runtime, comparison, opts, trace, stop, tasks)
+                await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        runtime.stopping = True
+        stop.set()
+        result.load = await _collect(loads)
+        for f in specs:
+            status = state.status(TargetRef(opts.namespace, f.name))
+            if f.key == "ours" and status is not None:
+                result.decisions = list(status.history)
+        result.max_replicas = max((d.current_replicas for d in result.decisions), default=0)
+        result.summary = summarize(result, opts, comparison.totals())
     opts.summary_path.parent.mkdir(parents=True, exist_ok=True)
     opts.summary_path.write_text(json.dumps(result.summary, indent=2) + "\n")
     return result
 
 
-def _mount_dashboard(app: Any, state: ControllerState) -> None:
-    from autoscaler.api.dashboard import dashboard_router
+def _tempdir() -> Any:
+    import tempfile
 
-    app.include_router(dashboard_router(state))
-
-
-async def _serve_grpc(state: ControllerState, opts: DemoOptions) -> Callable[[], Any] | None:
-    from autoscaler.keda.server import serve_grpc
-
-    handle = await serve_grpc(state, opts.http_host, opts.grpc_port)
-    return handle.stop
+    return tempfile.TemporaryDirectory(prefix="llm-autoscaler-demo-")
 
 
-async def _wait_for_ready_pod(fleet: EmulatorFleet, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not fleet.ready_urls():
-        if time.monotonic() > deadline:
-            raise ConfigError(f"no emulated pod became ready within {timeout_s:.0f} s")
-        await asyncio.sleep(0.1)
+def _start_load(
+    specs: tuple[FleetSpec, ...],
+    runtime: EmulatorRuntime,
+    comparison: Comparison,
+    opts: DemoOptions,
+    trace: Trace,
+    stop: asyncio.Event,
+    tasks: TaskGroup,
+) -> dict[str, asyncio.Task[LoadReport]]:
+    """The same trace at each fleet, from the moment both have a ready replica."""
+    loads = {}
+    for f in specs:
+        gen = LoadGenerator(
+            lambda name=f.name: runtime.ready_urls(name),  # type: ignore[misc]
+            speed=opts.speed,
+            balance="least-outstanding",
+            max_duration_s=opts.duration_s,
+            max_requests=50_000,
+            request_timeout_s=120.0,
+            on_result=lambda r, key=f.key: comparison.on_result(key, r),  # type: ignore[misc]
+        )
+        loads[f.key] = tasks.spawn(f"load-{f.key}", gen.run(trace, stop=stop))
+    return loads
 
 
-def summarize(result: DemoResult, opts: DemoOptions) -> dict[str, Any]:
+async def _collect(loads: dict[str, asyncio.Task[LoadReport]]) -> dict[str, LoadReport]:
+    """The load reports once the time is up (in-flight requests are cut, not lost)."""
+    if not loads:
+        return {}
+    await asyncio.wait(loads.values(), timeout=SHUTDOWN_GRACE_S)
+    out = {}
+    for key, task in loads.items():
+        if task.done() and not task.cancelled() and task.exception() is None:
+            out[key] = task.result()
+    return out
+
+
+def summarize(result: DemoResult, opts: DemoOptions, fleets: dict[str, Any]) -> dict[str, Any]:
     changes = [d for d in result.decisions if d.changed]
     ups = [d for d in changes if d.desired_replicas > d.current_replicas]
     downs = [d for d in changes if d.desired_replicas < d.current_replicas]
     reasons: dict[str, int] = {}
     for d in result.decisions:
         reasons[str(d.reason)] = reasons.get(str(d.reason), 0) + 1
-    load = result.load.summary() if result.load is not None else None
+    load = {k: r.summary() for k, r in result.load.items()}
+    for key, totals in fleets.items():
+        totals["load"] = load.get(key)
     return {
         "target": f"{opts.namespace}/{opts.name}",
         "duration_s": opts.duration_s,
         "speed": opts.speed,
+        "times": "duration_s is real seconds; every other time is emulated seconds",
         "decisions": len(result.decisions),
         "scale_ups": len(ups),
         "scale_downs": len(downs),
@@ -314,5 +358,6 @@ def summarize(result: DemoResult, opts: DemoOptions) -> dict[str, Any]:
         "reasons": reasons,
         "first_scale_up": ups[0].message if ups else None,
         "first_scale_down": downs[0].message if downs else None,
-        "load": load,
+        "load": load.get("ours"),
+        "fleets": fleets,
     }

@@ -6,38 +6,50 @@ import asyncio
 from typing import Any
 
 from autoscaler.emulator.fleet import EmulatorFleet
+from autoscaler.emulator.server import EmulatedReplica
 from autoscaler.kube.localapi.server import PodEndpoint
 
 
 class EmulatorRuntime:
-    """`PodRuntime`: a new pod becomes a new emulator; Ready once its cold start is over
-    (its /health answers 200); a deleted pod drains its in-flight requests."""
+    """`PodRuntime`: a pod of one of the demo's vLLM Deployments (label ``app`` in
+    ``apps``) becomes a new emulator, Ready once its cold start is over (its /health
+    answers 200); a deleted pod drains its in-flight requests. Both fleets share one
+    `EmulatorFleet`, hence one emulated clock; `app_of` says which fleet a replica is in.
+    With ``apps=None`` every pod is a vLLM pod (tests, benchmarks)."""
 
     def __init__(
         self,
         fleet: EmulatorFleet,
         cold_start_s: float,
+        apps: frozenset[str] | None = None,
         poll_s: float = 0.05,
         pre_stop_s: float = 5.0,  # emulated seconds, like a `preStop: sleep 5`
-        match_labels: dict[str, str] | None = None,
     ) -> None:
         self.fleet = fleet
-        self.match_labels = match_labels or {}
+        self.apps = apps
         self.cold_start_s = cold_start_s
         self.poll_s = poll_s
         self.pre_stop_s = pre_stop_s
+        self.app_of: dict[str, str] = {}
+        self.stopping = False
 
-    def _runs_vllm(self, pod: dict[str, Any]) -> bool:
-        labels = pod["metadata"].get("labels") or {}
-        return all(labels.get(k) == v for k, v in self.match_labels.items())
+    def _app(self, pod: dict[str, Any]) -> str | None:
+        app = str((pod["metadata"].get("labels") or {}).get("app", ""))
+        if self.apps is None:
+            return app
+        return app if app in self.apps else None
 
     async def start(self, pod: dict[str, Any]) -> PodEndpoint:
-        """Pods of the vLLM Deployment become emulators; any other pod (the warm pool's
+        """Pods of the vLLM Deployments become emulators; any other pod (the warm pool's
         pause pods) is Ready at once and serves nothing."""
         name = pod["metadata"]["name"]
-        if not self._runs_vllm(pod):
+        app = self._app(pod)
+        if app is None:
             return PodEndpoint(ip="127.0.0.1")
-        replica = await self.fleet.start_replica(name, cold_start_s=self.cold_start_s)
+        self.app_of[name] = app
+        replica = self.fleet.replicas.get(name)  # idempotent: a pod starts one emulator
+        if replica is None:
+            replica = await self.fleet.start_replica(name, cold_start_s=self.cold_start_s)
         while not replica.ready:  # noqa: ASYNC110 (the emulator exposes no ready event)
             await asyncio.sleep(self.poll_s)
         return PodEndpoint(ip="127.0.0.1", metrics_port=replica.port)
@@ -48,12 +60,19 @@ class EmulatorRuntime:
         routed to it arrive, then it drains its in-flight requests and exits."""
         name = pod["metadata"]["name"]
         replica = self.fleet.replicas.get(name)
-        if replica is None:
+        if replica is None or self.stopping:
             return
         replica.draining = True
         await asyncio.sleep(max(0.5, self.fleet.clock.real_duration(self.pre_stop_s)))
-        if name in self.fleet.replicas:
+        if name in self.fleet.replicas and not self.stopping:
             await self.fleet.stop_replica(name, drain=True)
+
+    def replicas(self, app: str) -> list[EmulatedReplica]:
+        return [r for n, r in self.fleet.replicas.items() if self.app_of.get(n) == app]
+
+    def ready_urls(self, app: str) -> list[str]:
+        """Base URLs of ``app``'s Ready replicas (what its Service routes to)."""
+        return [r.url for r in self.replicas(app) if r.ready]
 
 
 class EmulatedClock:

@@ -1,4 +1,9 @@
-"""The demo's terminal view: a live table on a TTY, one plain line per second headless."""
+"""The demo's terminal view: a live table on a TTY, one plain line per second headless.
+
+Two column groups, one per fleet, on the same load: this controller (``ours``) and the
+seeds' KEDA+HPA chain (``keda``). Nothing else is printed while the demo runs; logs go
+to a file (see `commands.demo`).
+"""
 
 from __future__ import annotations
 
@@ -8,41 +13,57 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from autoscaler.domain import Decision, Observation
+from autoscaler.demo.compare import FleetSample
 
-# Short headers so the live table fits an 80-column terminal: time (emulated s), spec
-# replicas, ready, desired, waiting, running, mean KV usage, TTFT p95 (s), reason.
-COLUMNS = ("t_s", "rep", "rdy", "want", "queue", "run", "kv", "ttft95", "reason")
-WIDTHS = (5, 3, 3, 4, 5, 4, 4, 6, 17)
+# Per fleet: Deployment replicas, ready, GPUs held (pause and Pending pods included),
+# waiting requests, client TTFT p95 (emulated s).
+FLEET_COLUMNS = ("rep", "rdy", "gpu", "queue", "ttft95")
+WIDTHS = (3, 3, 3, 5, 6)
 
 
-def _fmt(value: float | None, spec: str) -> str:
+def _fmt(value: float | int | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def row(t_s: float, decision: Decision, obs: Observation | None) -> tuple[str, ...]:
-    sig = obs.signals if obs is not None else {}
+def reason_text(sample: FleetSample, cold_start_s: float) -> str:
+    """The decision's reason, in words a newcomer reads right: with no replica ready yet,
+    missing data means pods are cold-starting, not that something failed (the
+    machine-readable reason stays ``hold-missing-data`` in the API and the logs)."""
+    if sample.reason is None:
+        return "waiting for the first decision"
+    if sample.reason == "hold-missing-data" and sample.ready == 0:
+        return f"waiting for the first replica: cold start {cold_start_s:.0f} s"
+    return sample.reason
+
+
+def fleet_cells(s: FleetSample) -> tuple[str, ...]:
     return (
-        f"{t_s:5.0f}",
-        str(decision.current_replicas),
-        str(obs.ready_replicas if obs is not None else "-"),
-        str(decision.desired_replicas),
-        _fmt(sig.get("waiting"), ".0f"),
-        _fmt(sig.get("running"), ".0f"),
-        _fmt(sig.get("kv_cache_usage"), ".2f"),
-        _fmt(sig.get("ttft_p95_s"), ".2f"),
-        str(decision.reason),
+        _fmt(s.replicas, "d"),
+        str(s.ready),
+        str(s.gpus),
+        str(s.waiting),
+        _fmt(s.ttft_p95_s, ".2f"),
     )
 
 
 class DemoView:
-    def __init__(self, out: TextIO, live: bool, keep_rows: int = 20) -> None:
+    def __init__(
+        self,
+        out: TextIO,
+        live: bool,
+        *,
+        titles: dict[str, str],
+        cold_start_s: float,
+        keep_rows: int = 18,
+    ) -> None:
         self.out = out
         self.console = Console(file=out)
         self.live = live and self.console.is_terminal
+        self.titles = titles
+        self.cold_start_s = cold_start_s
         self.keep_rows = keep_rows
         self.rows: list[tuple[str, ...]] = []
-        self.messages: list[str] = []
+        self.caption = ""
         self._live: Live | None = None
 
     def __enter__(self) -> DemoView:
@@ -50,7 +71,8 @@ class DemoView:
             self._live = Live(self._table(), console=self.console, refresh_per_second=2)
             self._live.__enter__()
         else:
-            print(" ".join(f"{c:>9}" for c in COLUMNS), file=self.out, flush=True)
+            heads = ["t_s"] + [f"{k}:{c}" for k in self.titles for c in FLEET_COLUMNS]
+            print(" ".join(f"{h:>10}" for h in heads) + "  reason (ours)", file=self.out)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -58,27 +80,30 @@ class DemoView:
             self._live.__exit__(None, None, None)
 
     def _table(self) -> Table:
-        table = Table(title="llm-autoscaler demo: demo/llama-3-8b", expand=False)
-        for c, width in zip(COLUMNS, WIDTHS, strict=True):
-            if c == "reason":
-                table.add_column(c, justify="left", min_width=width, no_wrap=True)
-            else:
-                table.add_column(c, justify="right", min_width=width, no_wrap=True)
+        table = Table(
+            title="llm-autoscaler demo: same load, two fleets (times in emulated seconds)",
+            expand=False,
+        )
+        table.add_column("t_s", justify="right", no_wrap=True)
+        for key, title in self.titles.items():
+            for c, width in zip(FLEET_COLUMNS, WIDTHS, strict=True):
+                head = f"{title}\n{c}" if c == FLEET_COLUMNS[0] else f"\n{c}"
+                style = "cyan" if key == "ours" else "magenta"
+                table.add_column(head, justify="right", min_width=width, no_wrap=True, style=style)
+        table.add_column("\nreason (ours)", justify="left", no_wrap=True)
         for r in self.rows[-self.keep_rows :]:
             table.add_row(*r)
-        if self.messages:
-            table.caption = self.messages[-1]
+        table.caption = self.caption
         return table
 
-    def update(self, t_s: float, decision: Decision, obs: Observation | None) -> None:
-        r = row(t_s, decision, obs)
+    def update(self, t_s: float, samples: dict[str, FleetSample]) -> None:
+        ours = samples["ours"]
+        r = (f"{t_s:5.0f}", *(c for k in self.titles for c in fleet_cells(samples[k])))
+        r = (*r, reason_text(ours, self.cold_start_s))
         self.rows.append(r)
-        if decision.changed:
-            self.messages.append(decision.message)
+        if ours.message and ours.reason not in (None, "steady", "hold-missing-data"):
+            self.caption = f"ours, last decision: {ours.message}"
         if self._live is not None:
             self._live.update(self._table())
         else:
-            line = " ".join(f"{c:>9}" for c in r[:-1]) + f"  {r[-1]}"
-            if decision.changed:
-                line += f"  | {decision.message}"
-            print(line, file=self.out, flush=True)
+            print(" ".join(f"{c:>10}" for c in r[:-1]) + f"  {r[-1]}", file=self.out, flush=True)

@@ -11,13 +11,14 @@ accepted. Every scheduled request ends up exactly once as ok, failed or not sent
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -52,7 +53,7 @@ class RequestResult:
     scheduled_s: float
     prompt_tokens: int
     output_tokens: int
-    outcome: Literal["ok", "failed", "not-sent"]
+    outcome: Literal["ok", "failed", "not-sent", "cancelled"]
     target: str | None = None
     sent_s: float | None = None
     status: int | None = None
@@ -101,12 +102,50 @@ class LoadReport:
             "ok": self.ok,
             "failed": self.failed,
             "not_sent": self.not_sent,
+            "cancelled": self.count("cancelled"),
             "duration_s": self.duration_s,
             "ttft_p50_s": self.quantile_s("ttft_s", 0.5),
             "ttft_p99_s": self.quantile_s("ttft_s", 0.99),
             "latency_p50_s": self.quantile_s("latency_s", 0.5),
             "latency_p99_s": self.quantile_s("latency_s", 0.99),
         }
+
+
+async def _acquire_unless(sem: asyncio.Semaphore, stop: asyncio.Event) -> None:
+    """Acquire ``sem``, or return without it once ``stop`` is set."""
+    acquire = asyncio.ensure_future(sem.acquire())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({acquire, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not acquire.done():
+        acquire.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await acquire
+    elif stop.is_set():
+        sem.release()
+
+
+async def _finish(tasks: list[asyncio.Task[None]], stop: asyncio.Event) -> None:
+    """Wait for every request; once ``stop`` is set, cut those still in flight."""
+    if not tasks:
+        return
+    stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    pending: set[asyncio.Future[Any]] = set(tasks)
+    while pending and not stop.is_set():
+        _, pending = await asyncio.wait(pending | {stopped}, return_when=asyncio.FIRST_COMPLETED)
+        pending.discard(stopped)
+    stopped.cancel()
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def trace_row(trace: Trace, i: int) -> tuple[float, int, int]:
+    return (
+        float(trace.arrival_s[i]),
+        int(trace.prompt_tokens[i]),
+        int(trace.output_tokens[i]),
+    )
 
 
 class LoadGenerator:
@@ -126,6 +165,7 @@ class LoadGenerator:
         stream: bool = True,
         api: Api = "completions",
         model: str | None = None,
+        on_result: Callable[[RequestResult], None] | None = None,
     ) -> None:
         if not speed > 0:
             raise ConfigError(f"speed: value {speed!r} must be > 0")
@@ -160,6 +200,7 @@ class LoadGenerator:
         self.stream = stream
         self.api: Api = api
         self.model = model
+        self.on_result = on_result  # called as each request ends (live views)
         self.outstanding: dict[str, int] = {}
         self._rr = itertools.count()
 
@@ -174,8 +215,12 @@ class LoadGenerator:
         order = [urls[(start + i) % n] for i in range(n)]
         return min(order, key=lambda u: self.outstanding.get(u, 0))
 
-    async def run(self, trace: Trace) -> LoadReport:
+    async def run(self, trace: Trace, stop: asyncio.Event | None = None) -> LoadReport:
+        """Replay ``trace``; setting ``stop`` ends the run early: requests not yet sent are
+        ``not-sent``, requests in flight are cut and counted ``cancelled`` (a partial
+        report instead of none, e.g. when a demo's time is up)."""
         t0 = time.monotonic()
+        stop = stop or asyncio.Event()
         sem = asyncio.Semaphore(self.max_concurrency)
         results: list[RequestResult | None] = []
         tasks: list[asyncio.Task[None]] = []
@@ -191,10 +236,12 @@ class LoadGenerator:
                 if scheduled > self.max_duration_s:
                     results[i] = RequestResult(i, scheduled, prompt, output, "not-sent")
                     continue
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                await sem.acquire()
-                if time.monotonic() - t0 > self.max_duration_s:
+                if delay > 0 and not stop.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), delay)
+                if not stop.is_set():
+                    await _acquire_unless(sem, stop)
+                if stop.is_set() or time.monotonic() - t0 > self.max_duration_s:
                     sem.release()
                     results[i] = RequestResult(i, scheduled, prompt, output, "not-sent")
                     continue
@@ -203,11 +250,12 @@ class LoadGenerator:
                         self._one(session, sem, results, t0, i, scheduled, prompt, output)
                     )
                 )
-            if tasks:
-                await asyncio.gather(*tasks)
+            await _finish(tasks, stop)
+        for i, r in enumerate(results):  # cut by `stop` while in flight
+            if r is None:
+                arrival_s, prompt, output = trace_row(trace, i)
+                results[i] = RequestResult(i, arrival_s / self.speed, prompt, output, "cancelled")
         final = tuple(r for r in results if r is not None)
-        if len(final) != len(results):  # pragma: no cover - every path sets a result
-            raise AssertionError("load generator lost a request")
         return LoadReport(final, time.monotonic() - t0)
 
     async def _one(
@@ -248,6 +296,9 @@ class LoadGenerator:
             )
         finally:
             sem.release()
+        result = results[i]
+        if self.on_result is not None and result is not None:
+            self.on_result(result)
 
     def _body(self, prompt: int, output: int) -> dict[str, object]:
         text = "w " * prompt

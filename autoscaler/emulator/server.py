@@ -160,7 +160,9 @@ class EmulatedReplica:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # A short shutdown bound: stop() has already drained or aborted the engine, so a
+        # handler still open at cleanup only waits on a client that went away.
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
@@ -252,9 +254,14 @@ class EmulatedReplica:
                 if parsed.stream:
                     return await self._stream(request, st, parsed, chat)
                 return await self._whole(st, parsed, chat)
-            except (asyncio.CancelledError, ConnectionResetError):
+            except asyncio.CancelledError:
                 self.engine.forget(st)
                 raise
+            except ConnectionResetError:
+                # The client went away mid-stream (a load generator cut at the end of a
+                # demo): forget the request; nothing is left to answer, no traceback.
+                self.engine.forget(st)
+                return web.Response(status=499)
         finally:
             self._handlers -= 1
             if not self._handlers:

@@ -1,48 +1,111 @@
-"""`llm-autoscaler demo --headless` from a clean process: it must exit 0 after scaling the
-emulated Deployment up through the burst and down in the quiet after it."""
+"""`llm-autoscaler demo --headless` from a clean process, driven like a user would: it
+prints a token and a curl line; a policy PATCH with that token changes what the demo does
+(the maximum clamps the fleet), a PATCH to keda mode hands the target to KEDA; the terminal
+shows only the table and the summary, and the process exits 0."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+TARGET = "/v1/targets/demo/llama-3-8b"
 
 
-def test_headless_demo_scales_up_and_down_and_exits_zero(tmp_path: Path) -> None:
-    summary_path = tmp_path / "summary.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "autoscaler",
-            "--log-level",
-            "WARNING",
-            "demo",
-            "--headless",
-            "--duration",
-            "50",
-            "--speed",
-            "8",
-            "--http-port",
-            "0",
-            "--grpc-port",
-            "0",
-            "--summary",
-            str(summary_path),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+def _call(url: str, token: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
+    req = urllib.request.Request(
+        url,
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/merge-patch+json",
+        },
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "dashboard: http://127.0.0.1:" in proc.stdout
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as err:  # e.g. 404 before the first decision
+        return err.code, json.loads(err.read() or b"null")
+
+
+def _decision(base: str, token: str) -> dict[str, Any]:
+    status, body = _call(base + TARGET + "/decision", token)
+    return body if status == 200 else {"current_replicas": 0, "desired_replicas": 99}
+
+
+def _until(pred: Any, timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError("condition not met in time")
+
+
+def _banner(proc: subprocess.Popen[str]) -> tuple[str, str, list[str]]:
+    assert proc.stdout is not None
+    lines: list[str] = []
+    while not any("curl -X PATCH" in line for line in lines):
+        line = proc.stdout.readline()
+        assert line, "demo exited before printing its banner"
+        lines.append(line)
+    text = "".join(lines)
+    url = re.search(r"dashboard: (http://127\.0\.0\.1:\d+)/", text)
+    token = re.search(r"API token \(generated for this run\): (\S+)", text)
+    assert url and token, text
+    return url.group(1), token.group(1), lines
+
+
+def test_headless_demo_takes_a_live_policy_patch_and_a_keda_switch(tmp_path: Path) -> None:
+    summary_path = tmp_path / "summary.json"
+    cmd = [sys.executable, "-m", "autoscaler", "demo", "--headless", "--duration", "45"]
+    cmd += ["--speed", "8", "--http-port", "0", "--grpc-port", "0"]
+    cmd += ["--summary", str(summary_path), "--log-file", str(tmp_path / "demo.log")]
+    env = {k: v for k, v in __import__("os").environ.items() if k != "AUTOSCALER_API_TOKEN"}
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        base, token, head = _banner(proc)
+        # The burst scales the fleet up; then the user caps it at 2 through the REST API.
+        _until(lambda: _decision(base, token)["current_replicas"] >= 3, 40)
+        status, _ = _call(base + TARGET + "/policy", token, "PATCH", {"maxReplicaCount": 2})
+        assert status == 200
+        capped = _until(
+            lambda: (
+                (d := _call(base + TARGET + "/decision", token)[1])["desired_replicas"] <= 2 and d
+            ),
+            10,
+        )
+        assert capped["reason"] == "max-replicas", capped
+        status, doc = _call(base + TARGET, token, "PATCH", {"mode": "keda"})
+        assert status == 200 and doc["mode"] == "keda"
+        status, keda = _call(base + "/v1/keda/demo/llama-3-8b?targetSize=1", token)
+        assert status == 200, keda
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    terminal = "".join(head) + out + err
+    assert proc.returncode == 0, err[-2000:]
+    assert "Traceback" not in terminal
+    access_lines = [ln for ln in terminal.splitlines() if re.search(r'"(GET|POST|PATCH|PUT) /', ln)]
+    assert len(access_lines) <= 20
+    assert '"event": "decision"' not in terminal  # decisions go to the log file
+    assert "summary:" in out and "load: " in out
     summary = json.loads(summary_path.read_text())
     assert summary["scale_ups"] >= 1 and summary["scale_downs"] >= 1, summary
-    assert summary["max_replicas"] > 1
     assert summary["load"]["failed"] == 0 and summary["load"]["ok"] > 100
-    assert summary["first_scale_up"] and "waiting=" in summary["first_scale_up"]
+    fleets = summary["fleets"]
+    assert set(fleets) == {"ours", "keda"} and fleets["keda"]["load"]["ok"] > 100
+    assert "waiting for the first replica: cold start 60 s" in terminal

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 def assert_conserved(report: LoadReport, scheduled: int) -> None:
     assert len(report.results) == scheduled
     assert [r.index for r in report.results] == list(range(scheduled))
-    assert report.ok + report.failed + report.not_sent == scheduled
+    assert report.ok + report.failed + report.not_sent + report.count("cancelled") == scheduled
     for r in report.results:
         if r.outcome == "ok":
             assert r.status == 200 and r.completion_tokens == r.output_tokens
@@ -72,6 +73,23 @@ async def test_bounded_in_time_and_count(fleet: EmulatorFleet) -> None:
     assert all(r.scheduled_s >= 0.45 for r in report.results if r.outcome == "not-sent")
     counted = await LoadGenerator([rep.url], max_requests=7).run(trace)
     assert len(counted.results) == 7 and counted.ok == 7
+
+
+async def test_stop_cuts_the_run_and_still_reports_every_request(fleet: EmulatorFleet) -> None:
+    rep = await fleet.start_replica("a")
+    n = 20
+    # Long answers so some are in flight when stopped; the rest are scheduled far later.
+    trace = from_arrays("t", [0.0] * 4 + [3600.0] * (n - 4), [10] * n, [4000] * n)
+    stop = asyncio.Event()
+    gen = LoadGenerator([rep.url])
+    run = asyncio.create_task(gen.run(trace, stop=stop))
+    while sum(gen.outstanding.values()) < 4:  # noqa: ASYNC110 (all four in flight)
+        await asyncio.sleep(0.01)
+    stop.set()
+    report = await asyncio.wait_for(run, 10)
+    assert_conserved(report, n)
+    assert report.count("cancelled") == 4 and report.not_sent == n - 4
+    assert report.summary()["cancelled"] == 4
 
 
 async def test_callable_targets_follow_the_ready_set(fleet: EmulatorFleet) -> None:

@@ -248,7 +248,10 @@ class LocalKubeAPI:
     async def start(self) -> None:
         app = web.Application(client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
+        # access_log=None: a request line per call drowned the demo terminal (issue 19).
+        self._runner = web.AppRunner(
+            app, handle_signals=False, shutdown_timeout=1.0, access_log=None
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self._port)
         await site.start()
@@ -979,7 +982,13 @@ class LocalKubeAPI:
         pending.sort(
             key=lambda p: (-int(p["spec"].get("priority", 0)), p["metadata"]["creationTimestamp"])
         )
-        for pod in pending:
+        for stale in pending:
+            # Preempting a victim re-enters this method (its deletion schedules pending
+            # pods), so a pod of this list may already be placed: re-read it first.
+            meta = stale["metadata"]
+            pod = self._objects[pods_rt].get((meta["namespace"], meta["name"]))
+            if pod is None or (pod.get("spec") or {}).get("nodeName"):
+                continue
             node = "local-node" if not has_nodes else self._fit(pod)
             if node is None:
                 continue

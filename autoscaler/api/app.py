@@ -32,8 +32,9 @@ from autoscaler.api.body import (
     clip,
     clip_problems,
     parse_json,
+    render_json,
 )
-from autoscaler.api.limits import BodyLimitMiddleware, DryRunGate, client_key
+from autoscaler.api.limits import BodyLimitMiddleware, DryRunGate, DryRunLimits, client_key
 from autoscaler.api.metrics import UNMATCHED_ROUTE, ControllerMetrics
 from autoscaler.api.preconditions import IfMatch, MalformedIfMatch, parse_if_match
 from autoscaler.api.security import ApiSettings, bearer, check_access
@@ -212,22 +213,30 @@ def _problem(status_code: int, detail: str, **extra: Any) -> SafeJSONResponse:
     return SafeJSONResponse({"detail": detail, **extra}, status_code=status_code)
 
 
+_YIELD_EVERY_S: Final = 0.001  # the GIL is otherwise held up to sys.getswitchinterval()
+
+
 def replay(
     policy: Policy,
     observations: list[Observation],
     live: Mapping[float, Decision],
     cpu_budget_s: float | None = None,
+    *,
+    yield_gil: bool = False,
 ) -> list[dict[str, Any]]:
     """Decide over ``observations`` from a fresh `DecisionState` (run off the loop). With
     ``cpu_budget_s`` it stops once this thread has used that much CPU (fewer decisions
     than observations): a candidate policy's cost is bounded whatever it asks for."""
     state = DecisionState()
     out: list[dict[str, Any]] = []
-    started_s = time.thread_time()
+    started_s = yielded_s = time.thread_time()
     for obs in observations:
         if out and cpu_budget_s is not None and time.thread_time() - started_s > cpu_budget_s:
             break  # at least one decision, so the summary always has something to say
         decision, state = decide(policy, obs, state, obs.t)
+        if yield_gil and time.thread_time() - yielded_s > _YIELD_EVERY_S:
+            time.sleep(0)  # hand the GIL to the event loop thread if it waits for it
+            yielded_s = time.thread_time()
         live_decision = live.get(obs.t)
         out.append(
             {
@@ -354,7 +363,7 @@ def create_app(
 
     @app.exception_handler(PreconditionFailed)
     async def _precondition(_: Request, err: PreconditionFailed) -> SafeJSONResponse:
-        return _problem(412, str(err))
+        return _problem(412, clip(str(err)))  # may quote a client's If-Match
 
     @app.exception_handler(WrongMode)
     async def _wrong_mode(_: Request, err: WrongMode) -> SafeJSONResponse:
@@ -681,24 +690,10 @@ def create_app(
             return _problem(409, f"target {ref}: no recent observations to replay")
         live = {d.t: d for d in st.history}
         async with dry_run_gate.slot():
-            decisions = await asyncio.to_thread(
-                replay, policy, observations, live, limits.cpu_budget_s
+            content = await asyncio.to_thread(
+                _dry_run_document, ref, policy, observations, live, limits
             )
-        desired = [int(d["desired_replicas"]) for d in decisions]
-        return {
-            "target": str(ref),
-            "observations": len(decisions),
-            "stoppedEarly": len(decisions) < len(observations),
-            "limits": {"maxTicks": limits.max_ticks, "cpuBudgetSeconds": limits.cpu_budget_s},
-            "order": "oldest-first",
-            "summary": {
-                "final_desired_replicas": desired[-1],
-                "max_desired_replicas": max(desired),
-                "min_desired_replicas": min(desired),
-                "changes": sum(1 for a, b in itertools.pairwise(desired) if a != b),
-            },
-            "decisions": decisions,
-        }
+        return Response(content, media_type="application/json")
 
     # -- KEDA metrics-api --------------------------------------------------------------
 
@@ -758,6 +753,35 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=api_settings.max_body_bytes)
     app.add_middleware(_LatencyMiddleware, metrics=metrics)
     return app
+
+
+def _dry_run_document(
+    ref: TargetRef,
+    policy: Policy,
+    observations: list[Observation],
+    live: Mapping[float, Decision],
+    limits: DryRunLimits,
+) -> bytes:
+    """Replay and render in the worker thread: encoding 600 decisions on the event loop
+    cost more loop time than the replay itself (the loop only sends the bytes)."""
+    decisions = replay(policy, observations, live, limits.cpu_budget_s, yield_gil=limits.yield_gil)
+    desired = [int(d["desired_replicas"]) for d in decisions]
+    return render_json(
+        {
+            "target": str(ref),
+            "observations": len(decisions),
+            "stoppedEarly": len(decisions) < len(observations),
+            "limits": {"maxTicks": limits.max_ticks, "cpuBudgetSeconds": limits.cpu_budget_s},
+            "order": "oldest-first",
+            "summary": {
+                "final_desired_replicas": desired[-1],
+                "max_desired_replicas": max(desired),
+                "min_desired_replicas": min(desired),
+                "changes": sum(1 for a, b in itertools.pairwise(desired) if a != b),
+            },
+            "decisions": decisions,
+        }
+    )
 
 
 def _with_policy(spec: TargetSpec, policy_doc: Any) -> TargetSpec:

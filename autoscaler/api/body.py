@@ -129,13 +129,24 @@ def _finite_copy(value: Any) -> Any:
     return holder["root"]
 
 
+def render_json(content: Any) -> bytes:
+    """Strict JSON bytes; a non-finite number that reached a stored document or a decision
+    by any path becomes null (logged) instead of failing the whole answer with a 500."""
+    try:
+        return _dumps(content)
+    except ValueError:
+        log.warning("api_non_finite_value_rendered_as_null")
+        return _dumps(_finite_copy(content))
+
+
+def _dumps(content: Any) -> bytes:
+    return json.dumps(
+        content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+    ).encode("utf-8")
+
+
 class SafeJSONResponse(JSONResponse):
-    """Strict JSON, and a value JSON cannot carry (a non-finite number that reached a
-    stored document or a decision by any path) becomes null instead of a 500."""
+    """`JSONResponse` rendered by `render_json`."""
 
     def render(self, content: Any) -> bytes:
-        try:
-            return super().render(content)
-        except ValueError:
-            log.warning("api_non_finite_value_rendered_as_string")
-            return super().render(_finite_copy(content))
+        return render_json(content)

@@ -39,10 +39,17 @@ class DryRunLimits:
     max_waiting: int = 8  # replays queued behind them before answering 429
     max_ticks: int = 600  # observations replayed at most (the loop keeps 600)
     cpu_budget_s: float | None = 0.5  # thread CPU time one replay may use
+    yield_gil: bool = True  # release the GIL after every tick so the event loop gets it
 
     @classmethod
     def unlimited(cls) -> DryRunLimits:
-        return cls(rate_per_s=None, concurrency=None, max_ticks=1 << 30, cpu_budget_s=None)
+        return cls(
+            rate_per_s=None,
+            concurrency=None,
+            max_ticks=1 << 30,
+            cpu_budget_s=None,
+            yield_gil=False,
+        )
 
 
 class TooManyRequests(StarletteHTTPException):

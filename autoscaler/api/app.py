@@ -10,7 +10,6 @@ rate-limited per client (429), since the API shares its event loop with the cont
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
@@ -689,10 +688,9 @@ def create_app(
         if not observations:
             return _problem(409, f"target {ref}: no recent observations to replay")
         live = {d.t: d for d in st.history}
-        async with dry_run_gate.slot():
-            content = await asyncio.to_thread(
-                _dry_run_document, ref, policy, observations, live, limits
-            )
+        content = await dry_run_gate.run_in_thread(
+            _dry_run_document, ref, policy, observations, live, limits
+        )
         return Response(content, media_type="application/json")
 
     # -- KEDA metrics-api --------------------------------------------------------------

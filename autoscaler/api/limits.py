@@ -16,7 +16,7 @@ import math
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -26,6 +26,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_MAX_BODY_BYTES: Final = 1_048_576
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +189,18 @@ class DryRunGate:
                 f"{self.limits.rate_per_s:g} per second per client",
                 wait_s,
             )
+
+    async def run_in_thread(self, func: Callable[..., T], *args: Any) -> T:
+        """Run ``func`` in a worker thread inside a slot. The slot is held until the thread
+        ends even if the request is cancelled, or a client that disconnects mid-replay
+        would free its slot while its replay still runs."""
+        async with self.slot():
+            work = asyncio.ensure_future(asyncio.to_thread(func, *args))
+            try:
+                return await asyncio.shield(work)
+            except asyncio.CancelledError:
+                await asyncio.wait({work})
+                raise
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -167,3 +168,25 @@ def test_token_buckets_forget_the_least_recent_clients_beyond_the_cap() -> None:
         assert buckets.take(f"addr:{i}") == 0.0
     assert len(buckets) == 100
     assert buckets.take("addr:999") == pytest.approx(1.0)  # still remembered
+
+
+async def test_a_cancelled_dry_run_keeps_its_slot_until_its_replay_thread_ends() -> None:
+    gate = DryRunGate(DryRunLimits(concurrency=1, max_waiting=0), FakeClock())
+    started, finish = threading.Event(), threading.Event()
+
+    def replay() -> str:
+        started.set()
+        finish.wait(timeout=30)
+        return "done"
+
+    first = asyncio.create_task(gate.run_in_thread(replay))
+    await asyncio.to_thread(started.wait, 30)
+    first.cancel()
+    await asyncio.sleep(0)
+    # the client went away, its replay still runs: nobody else may start one
+    with pytest.raises(TooManyRequests):
+        await gate.run_in_thread(lambda: "second")
+    finish.set()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert await gate.run_in_thread(lambda: "third") == "third"

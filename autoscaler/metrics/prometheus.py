@@ -1,7 +1,10 @@
 """Read target signals from Prometheus with PromQL (for clusters that already scrape pods).
 
-Queries go through `prometheus_api_client` in worker threads (`asyncio.to_thread`) so the
-event loop never blocks on HTTP. Each signal has a query template; ``$selector`` in a
+Queries go to Prometheus' HTTP API (``POST /api/v1/query``) over one shared aiohttp
+session whose timeout bounds every call (``timeout_s``, sent to Prometheus too, plus one
+second on our side), with at most ``max_concurrency`` queries in flight and answers
+read up to ``max_answer_bytes``: a hanging or slow Prometheus costs a tick its signals,
+never a thread or the event loop. Each signal has a query template; ``$selector`` in a
 template is replaced by the target's label selector (e.g. ``namespace="llm",pod=~"vllm-.*"``),
 and a query without ``$selector`` is sent as written, so queries copied from a KEDA
 ScaledObject work unchanged, e.g. ``sum(vllm:num_requests_waiting{deployment="x"})``.
@@ -16,12 +19,16 @@ when at least one query answered, else 0.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
-from prometheus_api_client import PrometheusConnect
+import aiohttp
+import yarl
 
+from autoscaler.errors import AutoscalerError
 from autoscaler.metrics.signals import split_valid
 from autoscaler.metrics.source import PodEndpoint, TargetReading
 
@@ -55,8 +62,37 @@ def render(template: str, selector: str) -> str:
     return template.replace("$selector", selector)
 
 
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    signal: str
+    value: float | None = None
+    error: str | None = None
+
+
+def _value(signal: str, doc: Any) -> _Answer:
+    """One number from a query answer: a one-series vector or a scalar; no series is
+    missing data; several series mean the query is not aggregated (an error)."""
+    data = doc.get("data") if isinstance(doc, dict) else None
+    kind = data.get("resultType") if isinstance(data, dict) else None
+    result = data.get("result") if isinstance(data, dict) else None
+    try:
+        if kind == "scalar" and isinstance(result, list):
+            values = [float(result[1])]
+        elif kind == "vector" and isinstance(result, list):
+            values = [float(series["value"][1]) for series in result]
+        else:
+            return _Answer(signal, error=f"{signal}: unexpected answer {doc!r:.120}")
+    except (KeyError, IndexError, TypeError, ValueError):
+        return _Answer(signal, error=f"{signal}: unexpected result {result!r:.120}")
+    if len(values) != 1:
+        err = None if not values else f"{signal}: {len(values)} series, expected 1"
+        return _Answer(signal, error=err)
+    return _Answer(signal, None if math.isnan(values[0]) else values[0])
+
+
 class PrometheusSource:
-    """`MetricSource` backed by PromQL; ``selectors`` maps target key -> label selector."""
+    """`MetricSource` backed by PromQL; ``selectors`` maps target key -> label selector.
+    Create and use it inside a running event loop (the session is made on first use)."""
 
     def __init__(
         self,
@@ -65,46 +101,73 @@ class PrometheusSource:
         queries: Mapping[str, str] = VLLM_QUERIES,
         *,
         timeout_s: float = 5.0,
+        max_concurrency: int = 32,
+        max_answer_bytes: int = 1024 * 1024,
     ) -> None:
+        if not timeout_s > 0 or max_concurrency < 1:
+            raise ValueError(f"timeout_s={timeout_s} must be > 0, max_concurrency >= 1")
         self.url = url
         self.queries = dict(queries)
         self._selector = selectors if callable(selectors) else selectors.__getitem__
-        self._client = PrometheusConnect(url=url, disable_ssl=True)
+        self._endpoint = yarl.URL(url.rstrip("/") + "/api/v1/query")
         self._timeout_s = timeout_s
+        self._max_concurrency = max_concurrency
+        self._max_answer_bytes = max_answer_bytes
+        # Prometheus is told timeout_s; up to one more second covers the network.
+        self._total_s = timeout_s + min(timeout_s, 1.0)
+        self._semaphore: asyncio.Semaphore | None = None
+        self._session: aiohttp.ClientSession | None = None
 
-    def _query(self, promql: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._client.custom_query(
-            promql, params={"timeout": f"{int(self._timeout_s * 1000)}ms"}
-        )
-        return result
-
-    async def _one(self, signal: str, promql: str) -> tuple[str, float | None, str | None]:
-        try:
-            result = await asyncio.wait_for(
-                asyncio.to_thread(self._query, promql), self._timeout_s + 1.0
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._semaphore = asyncio.Semaphore(self._max_concurrency)
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._max_concurrency),
+                timeout=aiohttp.ClientTimeout(total=self._total_s),
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
-        except Exception as exc:  # any client/HTTP failure: this signal is unknown
-            return signal, None, f"{signal}: {type(exc).__name__}: {exc}"
-        values = []
-        for series in result:
+        return self._session
+
+    async def _post(self, promql: str) -> Any:
+        session = self._client()
+        assert self._semaphore is not None
+        form = {"query": promql, "timeout": f"{int(self._timeout_s * 1000)}ms"}
+        async with self._semaphore, session.post(self._endpoint, data=form) as resp:
+            limit = self._max_answer_bytes
+            if resp.content_length is not None and resp.content_length > limit:
+                raise AutoscalerError(f"answer larger than {limit} bytes")
+            body = bytearray()
+            while chunk := await resp.content.readany():
+                body += chunk
+                if len(body) > limit:
+                    raise AutoscalerError(f"answer larger than {limit} bytes")
             try:
-                values.append(float(series["value"][1]))
-            except (KeyError, IndexError, TypeError, ValueError):
-                return signal, None, f"{signal}: unexpected result {series!r:.120}"
-        if len(values) != 1:
-            # no series: missing; several: the query is not aggregated to one number
-            err = None if not values else f"{signal}: {len(values)} series, expected 1"
-            return signal, None, err
-        value = values[0]
-        return signal, (None if math.isnan(value) else value), None
+                doc = json.loads(body)
+            except ValueError:
+                head = bytes(body[:120])
+                raise AutoscalerError(f"HTTP {resp.status}: not JSON: {head!r}") from None
+            ok = isinstance(doc, dict) and doc.get("status") == "success"
+            if resp.status != 200 or not ok:
+                detail = doc.get("error", doc) if isinstance(doc, dict) else doc
+                raise AutoscalerError(f"HTTP {resp.status}: {detail!r:.200}")
+            return doc
+
+    async def _one(self, signal: str, promql: str) -> _Answer:
+        try:
+            doc = await self._post(promql)
+        except TimeoutError:
+            return _Answer(signal, error=f"{signal}: timeout after {self._total_s:g}s")
+        except (aiohttp.ClientError, AutoscalerError, OSError) as exc:
+            return _Answer(signal, error=f"{signal}: {type(exc).__name__}: {exc}")
+        return _value(signal, doc)
 
     async def read(self, key: str, pods: Sequence[PodEndpoint], now: float) -> TargetReading:
         selector = self._selector(key)
         results = await asyncio.gather(
             *(self._one(sig, render(tpl, selector)) for sig, tpl in self.queries.items())
         )
-        signals, bad = split_valid({sig: v for sig, v, _ in results if v is not None})
-        errors = [e for _, _, e in results if e is not None]
+        signals, bad = split_valid({a.signal: a.value for a in results if a.value is not None})
+        errors = [a.error for a in results if a.error is not None]
         answered = len(errors) < len(results)
         rejected: dict[str, int] = {}
         for v in bad:
@@ -122,4 +185,6 @@ class PrometheusSource:
         )
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._client._session.close)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

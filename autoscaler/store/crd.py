@@ -63,6 +63,7 @@ class CrdPolicyStore:
         self._watch_timeout_s = watch_timeout_s
         self.invalid: dict[TargetRef, str] = {}
         self._status: dict[TargetRef, dict[str, Any]] = {}
+        self._parsed: dict[TargetRef, tuple[Any, TargetSpec | ConfigError]] = {}
 
     # ------------------------------------------------------------------ helpers
     def _kw(self, **extra: Any) -> dict[str, Any]:
@@ -76,17 +77,38 @@ class CrdPolicyStore:
     def _stored(self, obj: dict[str, Any]) -> StoredTarget:
         return StoredTarget(spec=object_to_spec(obj), version=obj["metadata"]["resourceVersion"])
 
+    def _spec_of(self, ref: TargetRef, obj: dict[str, Any]) -> TargetSpec:
+        """`object_to_spec`, validated once per distinct spec (a fleet re-validating every
+        object on every status write costs targets x targets per round of writes)."""
+        raw = obj.get("spec")
+        cached = self._parsed.get(ref)
+        if cached is not None and cached[0] == raw:
+            if isinstance(cached[1], ConfigError):
+                raise cached[1]
+            return cached[1]
+        try:
+            spec = object_to_spec(obj)
+        except ConfigError as err:
+            self._parsed[ref] = (raw, err)
+            raise
+        self._parsed[ref] = (raw, spec)
+        return spec
+
     def _accept(self, items: Sequence[dict[str, Any]]) -> builtins.list[StoredTarget]:
         out: builtins.list[StoredTarget] = []
         for obj in items:
             ref = TargetRef(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
             try:
-                out.append(self._stored(obj))
+                spec = self._spec_of(ref, obj)
+                out.append(StoredTarget(spec=spec, version=obj["metadata"]["resourceVersion"]))
                 self.invalid.pop(ref, None)
             except ConfigError as err:
                 if self.invalid.get(ref) != str(err):
                     log.warning("invalid LLMAutoscaler ignored", target=str(ref), error=str(err))
                 self.invalid[ref] = str(err)
+        seen = {(o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in items}
+        for gone in [r for r in self._parsed if (r.namespace, r.name) not in seen]:
+            del self._parsed[gone]
         return sorted(out, key=lambda s: (s.spec.ref.namespace, s.spec.ref.name))
 
     async def _list_raw(self, namespace: str | None) -> dict[str, Any]:
@@ -237,8 +259,10 @@ class CrdPolicyStore:
             try:
                 if rv is None:
                     raw = await self._list_raw(None)
-                    objects = {
-                        (o["metadata"]["namespace"], o["metadata"]["name"]): o
+                    objects = {  # without status: only spec and metadata make a target
+                        (o["metadata"]["namespace"], o["metadata"]["name"]): {
+                            k: v for k, v in o.items() if k != "status"
+                        }
                         for o in raw.get("items") or []
                     }
                     rv = raw["metadata"]["resourceVersion"]
@@ -285,7 +309,10 @@ class CrdPolicyStore:
                         if event["type"] == "DELETED":
                             objects.pop(key, None)
                         else:
-                            objects[key] = obj
+                            prev = objects.get(key)
+                            objects[key] = {k: v for k, v in obj.items() if k != "status"}
+                            if prev is not None and prev.get("spec") == obj.get("spec"):
+                                continue  # a status write (ours): the targets did not change
                         yield self._accept(list(objects.values()))
                 finally:
                     await w.close()

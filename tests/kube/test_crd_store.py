@@ -128,6 +128,52 @@ async def test_watch_yields_full_list_on_each_change_across_a_dropped_stream(
         await gen.aclose()
 
 
+@pytest.mark.parametrize("garbage", ["Too many requests", '{"kind": "Status"}'])
+async def test_policy_watch_skips_a_malformed_event_and_keeps_following(
+    kapi: LocalKubeAPI, kclient: ApiClient, garbage: str
+) -> None:
+    store = CrdPolicyStore(kclient, None, sleep=FakeSleep())
+    await store.put(spec("a"))
+    kapi.garble_watches("/llmautoscalers", garbage, times=2)
+    gen = store.watch()
+    try:
+        assert [t.spec.ref.name for t in await asyncio.wait_for(anext(gen), 5)] == ["a"]
+        await store.put(spec("b"))
+        targets = await asyncio.wait_for(anext(gen), 5)
+        assert [t.spec.ref.name for t in targets] == ["a", "b"]
+    finally:
+        await gen.aclose()
+
+
+async def test_status_writes_do_not_re_yield_or_re_validate_the_targets(
+    kapi: LocalKubeAPI, kclient: ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CrdPolicyStore(kclient, None, sleep=FakeSleep())
+    for name in ("a", "b", "c"):
+        await store.put(spec(name))
+    parsed: list[str] = []
+    real = object_to_spec
+
+    def counting(obj: Any) -> TargetSpec:
+        parsed.append(obj["metadata"]["name"])
+        return real(obj)
+
+    monkeypatch.setattr("autoscaler.store.crd.object_to_spec", counting)
+    gen = store.watch()
+    try:
+        assert len(await asyncio.wait_for(anext(gen), 5)) == 3
+        decision = Decision(1.0, 1, 2, Reason.SCALE_UP, "up", True)
+        for name in ("a", "b", "c"):
+            await store.write_status(TargetRef("default", name), decision)
+        await store.put(spec("b", max_replicas=9))  # a spec change after the status writes
+        targets = await asyncio.wait_for(anext(gen), 5)
+    finally:
+        await gen.aclose()
+    assert targets[1].spec.policy.max_replica_count == 9
+    # a and c validated once although each had a status write and b changed since.
+    assert (parsed.count("a"), parsed.count("c")) == (1, 1)
+
+
 async def test_write_status_sets_decision_and_keeps_transition_time(
     kapi: LocalKubeAPI, kclient: ApiClient
 ) -> None:

@@ -1,21 +1,36 @@
-"""Parser throughput: our wanted-families parse vs prometheus_client, side by side.
+"""Parser throughput: a live pod's page -> canonical signals vs prometheus_client, side by side.
 
-Run: .venv/bin/python benchmarks/bench_parser.py [--rounds 9]
+Run: .venv/bin/python benchmarks/bench_parser.py [--rounds 15] [--profile]
 (writes benchmarks/results/parser.json)
 
-The page is the vLLM V1 0.10 fixture (496 lines, 46 kB); "vLLM families" are the 10
-families the vLLM adapter may read (`engines.VLLM_FAMILIES`). The rows are measured in
-interleaved rounds (each round times every row for ~0.1 s), so a burst of load on this
-shared VM hits all rows alike; each row's speedup is the median over rounds of
-(prometheus_client's time in that round / the row's time in that round), with the
-lowest and highest round also reported. "warm" keeps the parser's caches between parses,
-as repeated scrapes of a pod do; "cold" clears them before every parse (a first scrape).
+The page is the vLLM V1 0.10 fixture (496 lines, 46 kB). As on a live pod, every value
+changes on every scrape: 16 variants are cycled, where counters, buckets and sums grow
+and gauges take new values (timestamps of `_created` series stay). Every row reads the
+next variant, prometheus_client included, so all rows parse the same pages.
+
+The rows are measured in interleaved rounds (each round times every row for ~0.05 s), so
+a burst of load on this shared VM hits all rows alike; each row's speedup is the median
+over rounds of (prometheus_client's CPU time in that round / the row's in that round),
+with the lowest and highest round also reported.
+- "read_snapshot" is what `PodScrapeSource` runs per page: parse (only the adapter's
+  wanted families) + the vLLM adapter -> `EngineSnapshot` (the headline, issue 16 goal
+  >= 50x);
+- "layouts off" is the same with the layout path disabled (every page walked), i.e. what
+  a pod whose page layout changes on every scrape costs, and the parser before layouts;
+- "cold" clears every cache before each parse (a pod's first scrape);
+- "unchanged page" re-reads one variant (what the previous benchmark measured).
+``--profile`` prints a cProfile of the headline row.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import itertools
 import json
+import pstats
+import random
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -24,70 +39,123 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.metrics import exposition
-from autoscaler.metrics.engines import VLLM_FAMILIES, read_snapshot
+from autoscaler.metrics.engines import read_snapshot
 
 ROOT = Path(__file__).parents[1]
 PAGE = ROOT / "tests" / "fixtures" / "metrics" / "vllm_v1_0.10.txt"
 BASELINE = "prometheus_client text_string_to_metric_families"
+HEADLINE = "read_snapshot (parse + vLLM adapter), values changing"
+VARIANTS = 16
+_SAMPLE = re.compile(r"(?m)^([^#\s][^ \n]*) (\S+)$")
 
 
-def per_call_s(fn: Callable[[], object], window_s: float = 0.1) -> float:
-    """Mean seconds per call of ``fn`` over about ``window_s``."""
-    n, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < window_s:
+def variants(text: str, n: int = VARIANTS, seed: int = 7) -> list[str]:
+    """``n`` pages of ``text`` whose values all change, as a live vLLM pod's do."""
+    rng = random.Random(seed)
+
+    def revalue(m: re.Match[str], k: int) -> str:
+        head, value = m.group(1), float(m.group(2))
+        name = head.partition("{")[0]
+        if name.endswith("_created"):
+            return m.group(0)
+        if name.endswith(("_bucket", "_count", "_sum", "_total")):
+            return f"{head} {value + 10.0 * k + (rng.random() if name.endswith('_sum') else 0)!r}"
+        if "perc" in name:
+            return f"{head} {rng.random()!r}"
+        return f"{head} {float(rng.randint(0, 64))!r}"
+
+    return [_SAMPLE.sub(lambda m, k=k: revalue(m, k), text) for k in range(1, n + 1)]
+
+
+def per_call_s(fn: Callable[[], object], window_s: float = 0.05) -> float:
+    """Mean CPU seconds of this process per call of ``fn`` over about ``window_s``.
+
+    CPU time, not wall-clock: on a shared VM the process is descheduled at random, which
+    wall-clock time would charge to whichever row was running.
+    """
+    n, start = 0, time.process_time()
+    while (elapsed := time.process_time() - start) < window_s:
         fn()
         n += 1
     return elapsed / n
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=9)
-    args = parser.parse_args()
-    text = PAGE.read_text()
+def rows(pages: list[str]) -> dict[str, Callable[[], object]]:
+    nxt = itertools.cycle(pages).__next__
+    first = pages[0]
 
     def cold() -> object:
         exposition.clear_caches()
-        return exposition.parse_page(text, VLLM_FAMILIES)
+        return read_snapshot(nxt(), "vllm")
 
-    rows: dict[str, Callable[[], object]] = {
-        BASELINE: lambda: list(text_string_to_metric_families(text)),
-        "parse_page strict (all lines)": lambda: exposition.parse_page(text, None),
-        "parse_page vLLM families, cold caches": cold,
-        "parse_page vLLM families, warm caches": lambda: exposition.parse_page(text, VLLM_FAMILIES),
-        "read_snapshot (parse + vLLM adapter), warm": lambda: read_snapshot(text, "vllm"),
+    def walk() -> object:
+        saved = exposition.LAYOUT_MAX_PAGE_BYTES
+        exposition.LAYOUT_MAX_PAGE_BYTES = 0
+        try:
+            return read_snapshot(nxt(), "vllm")
+        finally:
+            exposition.LAYOUT_MAX_PAGE_BYTES = saved
+
+    return {
+        BASELINE: lambda: list(text_string_to_metric_families(nxt())),
+        "parse_page strict (all lines)": lambda: exposition.parse_page(nxt(), None),
+        "read_snapshot, cold caches (first scrape)": cold,
+        "read_snapshot, layouts off (walk), changing": walk,
+        HEADLINE: lambda: read_snapshot(nxt(), "vllm"),
+        "read_snapshot, unchanged page": lambda: read_snapshot(first, "vllm"),
     }
-    times: dict[str, list[float]] = {name: [] for name in rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    text = PAGE.read_text()
+    pages = variants(text)
+    table = rows(pages)
+    times: dict[str, list[float]] = {name: [] for name in table}
     for _ in range(args.rounds):
-        for name, fn in rows.items():
-            fn()  # the warm rows start warm after a cold row
+        for name, fn in table.items():
+            for _ in range(3):
+                fn()  # the warm rows start warm after the cold row (layouts need 2 pages)
             times[name].append(per_call_s(fn))
     lines = text.count("\n")
-    print(f"page: {PAGE.name} ({lines} lines, {len(text)} bytes), {args.rounds} rounds")
-    print(f"{'parser':46} {'us/page':>8} {'speedup':>8} {'min':>6} {'max':>6}")
+    print(f"page: {PAGE.name} ({lines} lines, {len(text)} bytes), {VARIANTS} variants,")
+    print(f"{args.rounds} rounds; speedup = median of per-round ratios (min-max)")
+    print(f"{'row':54} {'us/page':>8} {'speedup':>8} {'min':>6} {'max':>6}")
     results = []
     for name, series in times.items():
         ratios = [b / t for b, t in zip(times[BASELINE], series, strict=True)]
         median_us = statistics.median(series) * 1e6
         speedup = statistics.median(ratios)
-        print(f"{name:46} {median_us:8.1f} {speedup:7.1f}x {min(ratios):5.1f}x {max(ratios):5.1f}x")
+        print(f"{name:54} {median_us:8.1f} {speedup:7.1f}x {min(ratios):5.1f}x {max(ratios):5.1f}x")
         results.append(
             {
-                "parser": name,
-                "us_per_page_median": median_us,
-                "speedup_median": speedup,
-                "speedup_min": min(ratios),
-                "speedup_max": max(ratios),
+                "row": name,
+                "us_per_page_median": round(median_us, 1),
+                "speedup_median": round(speedup, 2),
+                "speedup_min": round(min(ratios), 2),
+                "speedup_max": round(max(ratios), 2),
             }
         )
     out = ROOT / "benchmarks" / "results" / "parser.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {"page": PAGE.name, "lines": lines, "rounds": args.rounds, "results": results},
-            indent=2,
-        )
-    )
+    payload = {
+        "command": "benchmarks/bench_parser.py --rounds " + str(args.rounds),
+        "page": PAGE.name,
+        "lines": lines,
+        "variants": VARIANTS,
+        "rounds": args.rounds,
+        "headline": HEADLINE,
+        "results": results,
+    }
+    out.write_text(json.dumps(payload, indent=2) + "\n")
+    if args.profile:
+        fn = table[HEADLINE]
+        profiler = cProfile.Profile()
+        profiler.runcall(lambda: [fn() for _ in range(3000)])
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,11 @@ follow each other in one run) and parses only those lines; `strict=True` (or
 page is kept for the next one, keyed by text and never by values (line heads
 ``name{labels}`` with their parsed label sets, HELP/TYPE lines, comment blocks, where
 families were): a page that changed is read exactly as the strict mode reads it, only
-slower. `clear_caches` forgets it all.
+slower. A page whose skeleton (text without digits and value signs) was seen twice is read
+through its *layout* by line index, with C loops only (see `_Layout`). All caches are
+bounded in bytes (see CACHE_BUDGET_BYTES) and a page is bounded in wanted lines
+(MAX_WANTED_LINES). `clear_caches` forgets it all. Everything here is a plain function
+of its text (no event loop, no I/O): it runs in worker threads or processes alike.
 
 Correctness rules (both modes, for every line they parse):
 - label values: escapes ``\\\\``, ``\\"``, ``\\n``; other escapes are kept verbatim like
@@ -34,11 +38,13 @@ rest of the page is searched for more.
 from __future__ import annotations
 
 import math
+import operator
 import re
 import sys
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from autoscaler.errors import ParseError
@@ -91,6 +97,7 @@ _EXEMPLAR_RE = re.compile(
 )
 _ESCAPE_RE = re.compile(r'\\([\\"n])')
 _FIRST_CHARS = frozenset("#abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
+_LEADING_BLANKS = re.compile(r"\s*")
 
 
 class Sample(NamedTuple):
@@ -186,6 +193,13 @@ class HistogramData:
 CACHE_BUDGET_BYTES = 24 * 1024 * 1024
 CACHE_ENTRY_MAX_BYTES = 4096
 PAGE_CACHE_ALLOWANCE_BYTES = 256 * 1024
+_MIB = 1024 * 1024
+# Shares of CACHE_BUDGET_BYTES: label sets 4, line heads 4, layouts 12 (about 40 kB per
+# distinct page layout, e.g. 300 models), the rest 1 MiB each.
+_LAYOUT_BUDGET_BYTES = CACHE_BUDGET_BYTES - 12 * _MIB
+# Pages up to this size are read through a remembered layout (see `_parse_fast`); larger
+# ones always take the walk, so no single C call on them holds the GIL for long.
+LAYOUT_MAX_PAGE_BYTES = 1024 * 1024
 # Lines of the wanted families one fast parse reads at most (~10-30 ms of CPU cold): a
 # page with more (200k series of a wanted family) is refused whole with `ParseError`, so
 # the pod counts as unread rather than stalling the event loop for seconds.
@@ -193,6 +207,7 @@ MAX_WANTED_LINES = 10_000
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
+_T = TypeVar("_T")
 _LOCK = threading.Lock()  # insertions/evictions (pages may be parsed in worker threads)
 _PAGE = threading.local()  # .allowance: bytes the current page may still add
 
@@ -203,17 +218,18 @@ class _ByteCache(dict[_K, _V], Generic[_K, _V]):
     Lookups are plain `dict.get` (the hot path); only `put` accounts.
     """
 
-    __slots__ = ("budget_bytes", "sizes", "used_bytes")
+    __slots__ = ("budget_bytes", "entry_max_bytes", "sizes", "used_bytes")
 
-    def __init__(self, budget_bytes: int) -> None:
+    def __init__(self, budget_bytes: int, entry_max_bytes: int = CACHE_ENTRY_MAX_BYTES) -> None:
         super().__init__()
         self.budget_bytes = budget_bytes
+        self.entry_max_bytes = entry_max_bytes
         self.sizes: dict[_K, int] = {}
         self.used_bytes = 0
 
     def put(self, key: _K, value: _V, size_bytes: int) -> None:
         """Store ``value`` if it fits the per-entry cap and the page's allowance."""
-        if size_bytes > CACHE_ENTRY_MAX_BYTES:
+        if size_bytes > self.entry_max_bytes:
             return
         allowance: int = getattr(_PAGE, "allowance", PAGE_CACHE_ALLOWANCE_BYTES)
         if size_bytes > allowance:
@@ -300,7 +316,7 @@ def _labels_slow(rest: str, line: int) -> tuple[dict[str, str], str]:
             raise ParseError(f"invalid label set {rest[:80]!r}: expected ',' or '}}'", line)
 
 
-_LABEL_CACHE: _ByteCache[str, Mapping[str, str]] = _ByteCache(CACHE_BUDGET_BYTES // 6)
+_LABEL_CACHE: _ByteCache[str, Mapping[str, str]] = _ByteCache(4 * _MIB)
 
 
 def _labels_fast(rest: str, line: int) -> tuple[Mapping[str, str], str]:
@@ -518,26 +534,40 @@ def _parse_strict(text: str, wanted: Collection[str] | None) -> Page:
 # A line ``head value`` whose head is here skips the label parse; only heads of lines
 # the general path accepted as exactly ``head`` + one blank + a value are stored, so a
 # hit always parses as the general path would. Shared across pages (bounded).
-_HEADS: _ByteCache[str, tuple[str, Mapping[str, str]]] = _ByteCache(CACHE_BUDGET_BYTES // 6)
+_HEADS: _ByteCache[str, tuple[str, Mapping[str, str]]] = _ByteCache(4 * _MIB)
 _HEADS_MAX = 16384  # entries of the caches keyed by wanted names (bounded by the caller)
 # Plain HELP/TYPE lines already read: (is TYPE, name, type or help text).
-_DECLS: _ByteCache[str, tuple[bool, str, str]] = _ByteCache(CACHE_BUDGET_BYTES // 24)
+_DECLS: _ByteCache[str, tuple[bool, str, str]] = _ByteCache(_MIB)
 # Sample name -> (its declaration, base name, base type, family) from the last page; the
 # family is reused while the two declarations it was derived from are the same.
 _RESOLVE: _ByteCache[
     str, tuple[tuple[str, str] | None, str | None, str | None, tuple[str, str]]
-] = _ByteCache(CACHE_BUDGET_BYTES // 24)
+] = _ByteCache(_MIB)
 # The comment block above each family's first line, with its declarations (see `back`).
-_ABOVE: _ByteCache[str, tuple[str, tuple[tuple[int, bool, str, str], ...]]] = _ByteCache(
-    CACHE_BUDGET_BYTES // 24
-)
+_ABOVE: _ByteCache[str, tuple[str, tuple[tuple[int, bool, str, str], ...]]] = _ByteCache(_MIB)
 # Where each family's first line was on the last page parsed (a search start, see `_first`).
 _FIRST_HINT: dict[str, int] = {}
 # Per wanted family set: its order on the page and bases to declare (see `_plan`).
 _PLANS: dict[frozenset[str], tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {}
 # Bytes of each family's last group (plus slack): the chunk size of its next walk.
 _GROUP_BYTES: dict[str, int] = {}
-_BYTE_CACHES: tuple[_ByteCache[Any, Any], ...] = (_LABEL_CACHE, _HEADS, _DECLS, _RESOLVE, _ABOVE)
+# Layouts of pages seen at least twice, by (wanted families, hash of the page skeleton);
+# skeletons seen once (a layout is built on the second sighting: a pod whose layout
+# changes on every scrape never pays for building one).
+_LAYOUTS: _ByteCache[tuple[frozenset[str], int], _Layout] = _ByteCache(
+    _LAYOUT_BUDGET_BYTES, 256 * 1024
+)
+_SKELETONS: _ByteCache[tuple[frozenset[str], int], bool] = _ByteCache(_MIB)
+_WANTED: dict[tuple[str, ...], frozenset[str]] = {}  # keyed by adapters' family tuples
+_BYTE_CACHES: tuple[_ByteCache[Any, Any], ...] = (
+    _LABEL_CACHE,
+    _HEADS,
+    _DECLS,
+    _RESOLVE,
+    _ABOVE,
+    _LAYOUTS,
+    _SKELETONS,
+)
 
 
 def clear_caches() -> None:
@@ -882,13 +912,233 @@ def _too_many_lines(scan: str, pos: int) -> ParseError:
     )
 
 
+# --- layouts: a live pod's next page, read by its previous page's layout ---------------
+# A pod's pages differ from scrape to scrape in their values only. The skeleton of a page
+# (its bytes without digits, '.', '+', '-' and 'e') is the same on both pages then, and
+# so is every line's skeleton (newlines are kept): a line that could belong to a wanted
+# family (its skeleton starts with a wanted name's skeleton, or for a comment contains
+# one) was such a line on the page the layout was built from. Those lines are compared
+# exactly (sample lines by their text before the value, comments whole, the page from a
+# line holding "EOF" on whole); their values are parsed as the walk parses them. Any
+# difference, an odd value or a changed skeleton -> the walk reads the page.
+_SKELETON_DELETE = b"0123456789.+-e"
+
+
+_cut: Callable[[str, slice], str] = operator.getitem
+
+
+def _picker(indexes: list[int]) -> Callable[[list[_T]], tuple[_T, ...]]:
+    """The items at ``indexes`` as a tuple (`operator.itemgetter` for two or more)."""
+    if len(indexes) >= 2:
+        return operator.itemgetter(*indexes)
+    if len(indexes) == 1:
+        only = indexes[0]
+        return lambda items: (items[only],)
+    return lambda items: ()
+
+
+class _LaidOut(tuple[Sample, ...]):
+    """A family's samples read through a layout, with their values and the layout's
+    `merge_histogram` memo (the same series in the same order on every page)."""
+
+    values: list[float]
+    memo: list[_Merge | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Merge:
+    """`merge_histogram` of one layout's family as index arithmetic on its values."""
+
+    bounds: tuple[float, ...]
+    buckets: Callable[[list[float]], tuple[float, ...]] | None  # one series: values by bound
+    per_bound: tuple[tuple[int, ...], ...]  # several series: indexes summed per bound
+    count: tuple[int, ...]
+    sum: tuple[int, ...]
+
+    def apply(self, values: list[float]) -> HistogramData:
+        if self.buckets is not None:
+            counts = self.buckets(values)
+        else:
+            counts = tuple([_add(values, indexes) for indexes in self.per_bound])
+        count = _add(values, self.count) if self.count else None
+        total = _add(values, self.sum) if self.sum else None
+        return HistogramData(self.bounds, counts, count, total)
+
+    @staticmethod
+    def of(family: Family, merged: HistogramData) -> _Merge:
+        per_le: dict[float, list[int]] = {}
+        count: list[int] = []
+        total: list[int] = []
+        for i, (name, labels, _value, _ts) in enumerate(family.samples):
+            if name == family.name + "_bucket":
+                le = labels.bucket[0] if isinstance(labels, _Labels) and labels.bucket else None
+                per_le.setdefault(
+                    _bucket_info(labels, family.name)[0] if le is None else le, []
+                ).append(i)
+            elif name == family.name + "_count":
+                count.append(i)
+            elif name == family.name + "_sum":
+                total.append(i)
+        per_bound = tuple(tuple(per_le[b]) for b in merged.bounds)
+        single = all(len(indexes) == 1 for indexes in per_bound)
+        buckets = _picker([indexes[0] for indexes in per_bound]) if single else None
+        return _Merge(merged.bounds, buckets, per_bound, tuple(count), tuple(total))
+
+
+def _add(values: list[float], indexes: tuple[int, ...]) -> float:
+    """``values`` at ``indexes`` added in page order from 0.0, as `merge_histogram` adds."""
+    total = 0.0
+    for i in indexes:
+        total += values[i]
+    return total
+
+
+# (name, type, help, first line, sample names, sample label sets, merge memo)
+_LaidFamily = tuple[
+    str, str, str | None, int, tuple[str, ...], tuple[Mapping[str, str], ...], list[_Merge | None]
+]
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """Where a page's wanted lines are and what they must say, by line index."""
+
+    skeleton_bytes: int
+    split: int  # `str.split` maxsplit: 1 + the index of the last line compared
+    pick: Callable[[list[str]], tuple[str, ...]]  # wanted samples (by family), then others
+    heads: tuple[str, ...]  # the text up to the value of each picked line (with its blank)
+    cuts: tuple[slice, ...]  # where the value starts, in each of the first n picked lines
+    n_values: int  # the first n picked lines are wanted samples
+    exact: Callable[[list[str]], tuple[str, ...]]  # lines compared whole
+    exact_lines: tuple[str, ...]
+    families: tuple[_LaidFamily, ...]
+    openmetrics: bool
+    size_bytes: int
+
+    def read(self, text: str) -> Page | None:
+        """The page's wanted families, or None when a line differs from the layout."""
+        lines = text.split("\n", self.split)
+        if len(lines) < self.split or self.exact(lines) != self.exact_lines:
+            return None
+        picked = self.pick(lines)  # below, C loops only: no Python code per line
+        if not all(map(str.startswith, picked, self.heads)):
+            return None
+        texts: list[str] = list(map(_cut, picked, self.cuts))
+        joined = "".join(texts)
+        if "_" in joined or " " in joined:  # a separator, a timestamp or an exemplar
+            return None
+        try:
+            values = list(map(float, texts))
+        except ValueError:
+            return None
+        new = tuple.__new__
+        families: dict[str, Family] = {}
+        at = 0
+        for name, kind, help_text, line, names, labels, memo in self.families:
+            end = at + len(names)
+            mine = values[at:end]
+            samples = _LaidOut(map(new, repeat(Sample), zip(names, labels, mine, repeat(None))))
+            samples.values = mine
+            samples.memo = memo
+            families[name] = new(Family, (name, kind, samples, line, help_text))
+            at = end
+        return Page(families, self.openmetrics)
+
+    @staticmethod
+    def build(text: str, skeleton: bytes, wanted: frozenset[str], page: Page) -> _Layout | None:
+        """The layout of ``text`` (already read by the walk as ``page``), if it has one."""
+        lines = text.split("\n")
+        skeletons = skeleton.split(b"\n")
+        if len(skeletons) != len(lines):  # pragma: no cover - newlines are never deleted
+            return None
+        bases = (_PLANS.get(wanted) or _plan(wanted))[1]
+        prefixes = tuple(n.encode().translate(None, _SKELETON_DELETE) for n in (*wanted, *bases))
+        eof_at = next((i for i, sk in enumerate(skeletons) if b"EOF" in sk), len(lines))
+        owner = {s.name: f.name for f in page.families.values() for s in f.samples}
+        mine: dict[str, list[int]] = {name: [] for name in page.families}
+        others: list[int] = []
+        exact: list[int] = list(range(eof_at, len(lines)))
+        for i, sk in enumerate(skeletons):  # lines from eof_at on are compared whole too
+            if sk[:1] == b"#":
+                if i < eof_at and any(prefix in sk for prefix in prefixes):
+                    exact.append(i)
+            elif sk.startswith(prefixes):
+                head = lines[i].rpartition(" ")[0]
+                owned_by = owner.get(head.partition("{")[0])
+                (others if owned_by is None else mine[owned_by]).append(i)
+        families: list[_LaidFamily] = []
+        for name, family in page.families.items():
+            if len(mine[name]) != len(family.samples):
+                return None
+            for i, sample in zip(mine[name], family.samples, strict=True):
+                if not _reads_as(lines[i], sample):
+                    return None
+            names = tuple(s.name for s in family.samples)
+            labels = tuple(s.labels for s in family.samples)
+            families.append((name, family.type, family.help, family.line, names, labels, [None]))
+        picked = [i for name in page.families for i in mine[name]] + others
+        exact.sort()
+        heads = tuple(lines[i].rpartition(" ")[0] + " " for i in picked)
+        exact_lines = tuple(lines[i] for i in exact)
+        frozen = tuple(families)
+        return _Layout(
+            skeleton_bytes=len(skeleton),
+            split=max([*picked, *exact, 0]) + 1,
+            pick=_picker(picked),
+            heads=heads,
+            cuts=tuple(slice(len(head), None) for head in heads[: len(picked) - len(others)]),
+            n_values=len(picked) - len(others),
+            exact=_picker(exact),
+            exact_lines=exact_lines,
+            families=frozen,
+            openmetrics=page.openmetrics,
+            size_bytes=_size(heads, exact_lines, frozen) + 80 * len(picked) + 512,
+        )
+
+
+def _reads_as(line: str, sample: Sample) -> bool:
+    """Whether ``line`` is exactly ``name{labels} value`` of ``sample`` (no timestamp)."""
+    head, _, value_text = line.rpartition(" ")
+    if sample.timestamp is not None or "_" in value_text or not head.startswith(sample.name):
+        return False
+    try:
+        value = float(value_text)
+        labels, tail = _parse_labels(head[len(sample.name) :], 0)
+    except (ValueError, ParseError):
+        return False
+    same = value == sample.value or (math.isnan(value) and math.isnan(sample.value))
+    return same and not tail and dict(labels) == dict(sample.labels)
+
+
 def _parse_fast(text: str, wanted: frozenset[str], max_lines: int) -> Page:
-    stripped = text.lstrip()
-    if stripped and stripped[0] not in _FIRST_CHARS:
-        line = text.count("\n", 0, len(text) - len(stripped)) + 1
-        raise ParseError(f"not an exposition page: starts with {stripped[:20]!r}", line)
+    lead = _LEADING_BLANKS.match(text).end()  # type: ignore[union-attr]  # always matches
+    if lead < len(text) and text[lead] not in _FIRST_CHARS:
+        line = text.count("\n", 0, lead) + 1
+        raise ParseError(f"not an exposition page: starts with {text[lead : lead + 20]!r}", line)
     if "\r" in text:
-        text = text.replace("\r\n", "\n")
+        return _parse_walk(text.replace("\r\n", "\n"), wanted, max_lines)
+    if len(text) > LAYOUT_MAX_PAGE_BYTES:
+        return _parse_walk(text, wanted, max_lines)
+    skeleton = text.encode().translate(None, _SKELETON_DELETE)
+    key = (wanted, hash(skeleton))
+    layout = _LAYOUTS.get(key)
+    if layout is not None and layout.skeleton_bytes == len(skeleton):
+        page = layout.read(text)
+        if page is not None:
+            return page
+    page = _parse_walk(text, wanted, max_lines)
+    if layout is None:
+        if key in _SKELETONS:  # the second page with this layout: worth remembering
+            built = _Layout.build(text, skeleton, wanted, page)
+            if built is not None:
+                _LAYOUTS.put(key, built, built.size_bytes)
+        else:
+            _SKELETONS.put(key, True, 200)
+    return page
+
+
+def _parse_walk(text: str, wanted: frozenset[str], max_lines: int) -> Page:
+    """The fast parse proper: locate and read each wanted family's lines."""
     scan = "\n" + text
     builder = _Builder()
     walk = _Walk(scan, builder, lines_left=max_lines)
@@ -975,7 +1225,11 @@ def parse_page(
         if max_lines is not None and text.count("\n") > max_lines:
             raise ParseError(f"page refused: more than max_lines={max_lines} lines", max_lines + 1)
         return _parse_strict(text, None if families is None else frozenset(families))
-    wanted = frozenset(families)
+    wanted = _WANTED.get(families) if type(families) is tuple else None
+    if wanted is None:
+        wanted = frozenset(families)
+        if type(families) is tuple and len(_WANTED) < 1024:
+            _WANTED[families] = wanted  # one set object per caller tuple: its hash is kept
     if not wanted:
         return Page({})
     return _parse_fast(text, wanted, _PAGE.max_lines)
@@ -1003,6 +1257,19 @@ def merge_histogram(family: Family | None, line_hint: int | None = None) -> Hist
     """
     if family is None:
         return None
+    samples = family.samples
+    if type(samples) is _LaidOut:
+        plan = samples.memo[0]
+        if plan is not None:
+            return plan.apply(samples.values)
+        merged = _merge_samples(family, line_hint)
+        if merged is not None:
+            samples.memo[0] = _Merge.of(family, merged)
+        return merged
+    return _merge_samples(family, line_hint)
+
+
+def _merge_samples(family: Family, line_hint: int | None) -> HistogramData | None:
     by_le: dict[float, float] = {}
     inf_series = 0
     count: float | None = None

@@ -1,0 +1,154 @@
+"""Layouts: a page whose skeleton was seen before is read by line index, exactly as the
+walk (and the strict parse) reads it; any difference falls back to the walk."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoscaler.errors import ParseError
+from autoscaler.metrics import exposition
+from autoscaler.metrics.engines import VLLM_FAMILIES, read_snapshot
+from autoscaler.metrics.exposition import merge_histogram, parse_page
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
+_VALUE = re.compile(r"(?m)^([^#\n][^\n]*) (\S+)$")
+_NUMBERS = st.one_of(
+    st.integers(0, 10**12).map(lambda v: f"{v}.0"),
+    st.floats(0, 1e9, allow_nan=False).map(repr),
+    st.integers(-(10**6), 10**6).map(str),
+)
+
+
+def _revalue(text: str, values: list[str]) -> str:
+    counter = iter(range(10**9))
+    return _VALUE.sub(lambda m: f"{m.group(1)} {values[next(counter) % len(values)]}", text)
+
+
+def _assert_reads_as_strict(text: str, wanted: list[str]) -> None:
+    full = parse_page(text, None).families
+    fast = parse_page(text, wanted).families
+    assert set(fast) == {name for name in wanted if name in full}
+    for name, family in fast.items():
+        assert family.samples == full[name].samples
+        assert (family.type, family.line, family.help) == (
+            full[name].type,
+            full[name].line,
+            full[name].help,
+        )
+        if family.type == "histogram":
+            assert merge_histogram(family) == merge_histogram(full[name])
+
+
+def _layouts_used() -> int:
+    return len(exposition._LAYOUTS)
+
+
+@pytest.fixture
+def layout_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Records each layout read: True when it returned the page, False on a fallback."""
+    calls: list[bool] = []
+    original = exposition._Layout.read
+
+    def read(self: exposition._Layout, text: str) -> exposition.Page | None:
+        page = original(self, text)
+        calls.append(page is not None)
+        return page
+
+    monkeypatch.setattr(exposition._Layout, "read", read)
+    return calls
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["vllm_v1_0.10.txt", "vllm_v1_0.10_dp2.txt", "vllm_v0_0.6.txt"]), st.data())
+def test_pages_with_new_values_read_through_a_layout_as_strict_parse(
+    fixture: str, data: st.DataObject
+) -> None:
+    exposition.clear_caches()
+    base = (FIXTURES / fixture).read_text()
+    for _ in range(4):  # the layout is built on the second page and used from the third
+        values = data.draw(st.lists(_NUMBERS, min_size=1, max_size=6))
+        _assert_reads_as_strict(_revalue(base, values), list(VLLM_FAMILIES))
+    assert _layouts_used() == 1
+
+
+def _three_times(text: str) -> None:
+    for _ in range(3):
+        parse_page(text, ["m", "x"])
+
+
+def test_an_unwanted_line_whose_digits_make_it_wanted_is_read(layout_reads: list[bool]) -> None:
+    exposition.clear_caches()
+    before = "# TYPE m gauge\nm 1\nm1 5\n"
+    _three_times(before)
+    assert layout_reads == [True]
+    after = "# TYPE m gauge\nm 1\nm 5\n"  # same skeleton: m1 -> m
+    assert [s.value for s in parse_page(after, ["m", "x"]).families["m"].samples] == [1, 5]
+    assert layout_reads == [True, False]
+
+
+def test_a_label_value_whose_digits_changed_is_read_with_its_new_value(
+    layout_reads: list[bool],
+) -> None:
+    exposition.clear_caches()
+    page = '# TYPE m histogram\nm_bucket{le="0.1"} 1\nm_bucket{le="+Inf"} 2\nm_count 2\nm_sum 3\n'
+    _three_times(page)
+    moved = page.replace('le="0.1"', 'le="0.2"')
+    merged = merge_histogram(parse_page(moved, ["m", "x"]).families["m"])
+    assert merged is not None and merged.bounds == (0.2, float("inf"))
+    assert layout_reads == [True, False]
+
+
+def test_eof_that_appears_where_the_layout_had_none_is_still_an_error(
+    layout_reads: list[bool],
+) -> None:
+    exposition.clear_caches()
+    _three_times("# TYPE m gauge\nm 1\n# E1OF\nx 2\n")
+    with pytest.raises(ParseError, match="after '# EOF'"):
+        parse_page("# TYPE m gauge\nm 1\n# EOF\nx 2\n", ["m", "x"])
+    assert layout_reads == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("line", "error", "reads"),
+    [
+        ("m 1_000", "digit separators", [True]),  # '_' is in the skeleton: no layout
+        ("m 1e", "not a float", [True, False]),
+        ("m 1.2.3", "not a float", [True, False]),
+    ],
+)
+def test_a_bad_value_on_a_known_layout_raises_as_the_walk_does(
+    line: str, error: str, reads: list[bool], layout_reads: list[bool]
+) -> None:
+    exposition.clear_caches()
+    _three_times("# TYPE m gauge\nm 7\nx 1\n")
+    with pytest.raises(ParseError, match=error) as exc:
+        parse_page(f"# TYPE m gauge\n{line}\nx 1\n", ["m", "x"])
+    assert exc.value.line == 2
+    assert layout_reads == reads
+
+
+def test_timestamps_and_nan_values_leave_the_layout_and_read_correctly(
+    layout_reads: list[bool],
+) -> None:
+    exposition.clear_caches()
+    _three_times("# TYPE m gauge\nm 7\n")
+    page = parse_page("# TYPE m gauge\nm 7 1700000000\n", ["m", "x"])
+    sample = page.families["m"].samples[0]
+    assert (sample.value, sample.timestamp) == (7, 1700000000)
+    nan = parse_page("# TYPE m gauge\nm NaN\n", ["m", "x"]).families["m"].samples[0].value
+    assert nan != nan
+    assert layout_reads == [True]  # a timestamp or NaN changes the skeleton: the walk reads it
+
+
+def test_snapshot_through_a_layout_equals_the_strict_snapshot(layout_reads: list[bool]) -> None:
+    exposition.clear_caches()
+    base = (FIXTURES / "vllm_v1_0.10_dp2.txt").read_text()
+    for k in range(4):
+        text = _revalue(base, [f"0.{k}5", "0.5", f"{k}e-3"])
+        assert read_snapshot(text, "vllm") == read_snapshot(text, "vllm", strict=True)
+    assert layout_reads == [True, True]

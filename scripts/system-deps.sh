@@ -4,7 +4,7 @@ set -euo pipefail
 need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)  # dashboard browser tests
-# etcd for the real-Kubernetes tier (tests/real; runs when ../shared/k8s or KUBEBUILDER_ASSETS
+# etcd for the real-Kubernetes tier (tests/real; runs when the shared k8s binaries or KUBEBUILDER_ASSETS
 # provides kube-apiserver & co, skipped otherwise). Small; installed always.
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 if [ ${#need[@]} -gt 0 ]; then

@@ -391,14 +391,24 @@ def create_app(
 
     @app.get("/readyz", tags=["health"], responses=_R503)
     async def readyz() -> SafeJSONResponse:
-        """Readiness: the loop has completed a tick and the policy store answers."""
+        """Readiness: the loop has completed a tick, is not stalled or restarting, and the
+        policy store answers. Answered from memory (a store that follows the API server
+        reports its watch's health; no LIST per probe), so probes cost the same at any N."""
         problems: list[str] = []
         if not state.ready:
             problems.append("control loop has not completed its first tick")
         if state.loop.error is not None:
             problems.append(f"control loop restarting after an error: {state.loop.error}")
+        stale = state.loop.stale()
+        if stale is not None:
+            problems.append(f"control loop stalled: {stale}")
+        health = getattr(store, "health", None)
         try:
-            await store.list()
+            if callable(health):
+                if (problem := health()) is not None:
+                    problems.append(f"policy store: {problem}")
+            else:  # a local store (file): reading it costs no API request
+                await store.list()
         except Exception as err:  # any store failure means not ready; reported, not raised
             problems.append(f"policy store: {type(err).__name__}: {err}")
         body = {"status": "ok" if not problems else "not-ready", "problems": problems}

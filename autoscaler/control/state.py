@@ -8,10 +8,10 @@ Readers (REST API, KEDA gRPC, dashboard) never call into the loop: they read thi
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from dataclasses import dataclass, field
 
 from autoscaler.control.clock import Clock
+from autoscaler.control.history import DecisionHistory, ObservationRing
 from autoscaler.domain import Decision, Observation, TargetRef
 from autoscaler.store.base import TargetSpec
 
@@ -27,8 +27,10 @@ class TargetStatus:
     spec: TargetSpec
     version: str = ""
     last_decision: Decision | None = None
-    history: deque[Decision] = field(default_factory=lambda: deque(maxlen=HISTORY_LEN))
-    observations: deque[Observation] = field(default_factory=lambda: deque(maxlen=OBSERVATIONS_LEN))
+    # Compact (see `control.history`): ~8 bytes per observed number, planner numbers only
+    # on the newest decision and on change points.
+    history: DecisionHistory = field(default_factory=lambda: DecisionHistory(HISTORY_LEN))
+    observations: ObservationRing = field(default_factory=lambda: ObservationRing(OBSERVATIONS_LEN))
     applied_replicas: int | None = None
     warm_pool_replicas: int | None = None
     condition: str | None = None  # e.g. "OwnedByHPA: ..." when we refuse to act

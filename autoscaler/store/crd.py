@@ -36,6 +36,7 @@ from autoscaler.store.base import (
 
 log = get_logger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
+WATCH_FAILURES_NOT_READY = 3
 
 
 def _rfc3339(t: float) -> str:
@@ -64,6 +65,7 @@ class CrdPolicyStore:
         self.invalid: dict[TargetRef, str] = {}
         self._status: dict[TargetRef, dict[str, Any]] = {}
         self._parsed: dict[TargetRef, tuple[Any, TargetSpec | ConfigError]] = {}
+        self._watch_error: str | None = None  # the policy watch's last failure, until it recovers
 
     # ------------------------------------------------------------------ helpers
     def _kw(self, **extra: Any) -> dict[str, Any]:
@@ -126,6 +128,11 @@ class CrdPolicyStore:
         except ApiException as err:
             raise PermanentError(f"list LLMAutoscalers: {describe(err)}") from None
         return result
+
+    def health(self) -> str | None:
+        """Why the store is not following the API server right now (None: it is), from
+        memory: `/readyz` asks this on every probe."""
+        return self._watch_error
 
     # -------------------------------------------------------------- PolicyStore
     async def list(self, namespace: str | None = None) -> builtins.list[StoredTarget]:
@@ -266,6 +273,7 @@ class CrdPolicyStore:
                         for o in raw.get("items") or []
                     }
                     rv = raw["metadata"]["resourceVersion"]
+                    self._watch_error = None
                     yield self._accept(list(objects.values()))
                 w = watch.Watch()
                 # Client-side bound: connect within the request timeout; a stream silent
@@ -303,6 +311,7 @@ class CrdPolicyStore:
                             log.warning("malformed watch event skipped", line=str(event)[:200])
                             continue
                         rv = obj["metadata"]["resourceVersion"]
+                        self._watch_error = None  # following again
                         if event["type"] == "BOOKMARK":
                             continue
                         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
@@ -317,14 +326,17 @@ class CrdPolicyStore:
                 finally:
                     await w.close()
                 failures = 0
+                self._watch_error = None
             except ApiException as err:
                 if err.status == 410:
                     rv = None
                     continue
                 failures += 1
+                self._watch_failed(failures, describe(err))
                 await self._sleep(backoff_s(min(failures, 6), self._retry, self._rand))
-            except (TimeoutError, aiohttp.ClientError, TemporaryError):
+            except (TimeoutError, aiohttp.ClientError, TemporaryError) as err:
                 failures += 1
+                self._watch_failed(failures, describe(err))
                 await self._sleep(backoff_s(min(failures, 6), self._retry, self._rand))
             except Exception as err:
                 # A malformed answer (kubernetes-asyncio raises a bare Exception for JSON
@@ -332,6 +344,12 @@ class CrdPolicyStore:
                 failures += 1
                 log.warning("policy watch error; resuming", error=repr(err))
                 await self._sleep(backoff_s(min(failures, 6), self._retry, self._rand))
+
+    def _watch_failed(self, failures: int, why: str) -> None:
+        """Not ready after WATCH_FAILURES_NOT_READY failures in a row (one dropped
+        connection is routine; a run of them means the targets are no longer followed)."""
+        if failures >= WATCH_FAILURES_NOT_READY:
+            self._watch_error = f"policy watch failing ({failures} attempts in a row): {why}"
 
     # ----------------------------------------------------------------- status
     async def write_status(

@@ -162,3 +162,23 @@ async def test_release_is_bounded_when_the_api_server_hangs(fleet: LocalKubeAPI)
     finally:
         fleet.faults.clear()
         await api.close()
+
+
+async def test_readyz_answers_from_memory_without_listing_targets(fleet: LocalKubeAPI) -> None:
+    import httpx
+
+    api = api_client_for(fleet.url)
+    ctl = Controller(settings(leader_election=False), api, identity="a")
+    await ctl.start()
+    try:
+        await until(lambda: ctl.state.ready, 30, "the first tick")
+        assert ctl.http is not None
+        before = len(fleet.calls)
+        async with httpx.AsyncClient(base_url=ctl.http.url) as http:
+            answers = [(await http.get("/readyz")).status_code for _ in range(20)]
+        during = [c for c in fleet.calls[before:] if c.resource == "llmautoscalers"]
+    finally:
+        await ctl.stop()
+        await api.close()
+    assert answers == [200] * 20
+    assert during == []  # no LIST per probe (it was one LIST of every target per probe)

@@ -246,3 +246,25 @@ async def test_restart_mid_scale_down_window_does_not_scale_down() -> None:
     await clock.advance(501.0 - clock.now())
     [d] = await restarted.tick()
     assert d.desired_replicas == 1 and cluster.writes == [1]
+
+
+async def test_steady_decisions_are_logged_at_info_only_on_change_plus_a_summary() -> None:
+    import structlog
+
+    loop, cluster, signals, _, clock = make(summary_every_s=10.0)
+    signals.values = {"waiting": 8}  # 8 / 4 per replica = 2 = current: steady
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(5):
+            await loop.tick()
+            await clock.advance(1.0)
+        signals.values = {"waiting": 16}  # a scale-up: logged
+        await loop.tick()
+        await clock.advance(6.0)
+        await loop.tick()  # 12 s since the loop started: one summary
+    infos = [e for e in logs if e["log_level"] == "info"]
+    decisions = [e for e in infos if e["event"] == "decision"]
+    # The first, the scale-up, and the first steady tick at the new size.
+    assert [(e["current"], e["desired"]) for e in decisions] == [(2, 2), (2, 4), (4, 4)]
+    [summary] = [e for e in infos if e["event"] == "decisions summary"]
+    assert (summary["decisions"], summary["logged_changes"]) == (7, 3)
+    assert sum(1 for e in logs if e["event"] == "decision") == 7  # the rest at DEBUG

@@ -224,3 +224,29 @@ async def test_if_match_star_means_exists_never_a_resource_version(
     await store.delete(ref, if_match="*")
     with pytest.raises(NotFound):
         await store.get(ref)
+
+
+async def test_health_turns_bad_after_repeated_watch_failures_and_recovers(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    store = CrdPolicyStore(kclient, None, sleep=FakeSleep())
+    await store.put(spec("a"))
+    gen = store.watch()
+    try:
+        await asyncio.wait_for(anext(gen), 5)
+        assert store.health() is None
+        kapi.inject("/llmautoscalers", 503, times=10_000)  # the API server is unavailable
+        kapi.drop_all_watches()
+        pending = asyncio.ensure_future(anext(gen))
+        for _ in range(500):
+            if store.health() is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert "policy watch failing" in (store.health() or "")
+        kapi.faults.clear()
+        await store.put(spec("b"))
+        targets = await asyncio.wait_for(pending, 10)
+        assert [t.spec.ref.name for t in targets] == ["a", "b"]
+        assert store.health() is None
+    finally:
+        await gen.aclose()

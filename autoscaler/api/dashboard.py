@@ -68,6 +68,10 @@ def _forecast_replicas(decision: Decision | None) -> int | None:
     return max(values) if values else None
 
 
+def _capped(value: int | None, cap: int) -> int | None:
+    return None if value is None else min(value, cap)
+
+
 def _slo_ttft_s(status: TargetStatus, default_s: float) -> float:
     for m in status.spec.policy.metrics:
         if m.signal in ("ttft_p95_s", "ttft_p99_s"):
@@ -88,8 +92,48 @@ def _series(status: TargetStatus) -> dict[str, list[Any]]:
     out["ready_replicas"] = [o.ready_replicas for o in obs]
     decisions = [by_t.get(o.t) for o in obs]
     out["desired_replicas"] = [d.desired_replicas if d else None for d in decisions]
-    out["forecast_replicas"] = [_forecast_replicas(d) for d in decisions]
+    cap = status.spec.policy.max_replica_count
+    out["forecast_replicas"] = [_capped(_forecast_replicas(d), cap) for d in decisions]
     return out
+
+
+def decision_runs(decisions: list[Decision]) -> list[dict[str, Any]]:
+    """Consecutive decisions (newest first) with the same replicas, reason and limits
+    collapse into one row: the newest decision, how many, and the time span they cover.
+    Limits that repeat the reason are dropped (no "rate-limited (rate-limited)")."""
+    runs: list[dict[str, Any]] = []
+    for d in decisions:
+        reason = str(d.reason)
+        limits = [str(x) for x in d.limits if str(x) != reason]
+        key = (d.current_replicas, d.desired_replicas, reason, tuple(limits))
+        if runs and runs[-1]["_key"] == key:
+            runs[-1]["count"] += 1
+            runs[-1]["first_t"] = d.t
+            continue
+        runs.append(
+            {
+                "_key": key,
+                **d.to_dict(),
+                "limits": limits,
+                "count": 1,
+                "first_t": d.t,
+                "last_t": d.t,
+            }
+        )
+    for r in runs:
+        del r["_key"]
+    return runs
+
+
+def _policy_doc(status: TargetStatus) -> dict[str, Any]:
+    """The policy as the REST API takes it (camelCase), fields left at defaults omitted."""
+    policy = status.spec.policy
+    doc: dict[str, Any] = policy.model_dump(by_alias=True, mode="json", exclude_defaults=True)
+    return {
+        "minReplicaCount": policy.min_replica_count,
+        "maxReplicaCount": policy.max_replica_count,
+        **doc,
+    }
 
 
 def target_view(status: TargetStatus, slo_ttft_s: float = DEFAULT_SLO_TTFT_S) -> dict[str, Any]:
@@ -113,11 +157,16 @@ def target_view(status: TargetStatus, slo_ttft_s: float = DEFAULT_SLO_TTFT_S) ->
                     {"signal": m.signal, "type": m.type, "target": m.target} for m in policy.metrics
                 ],
                 "warm_pool": policy.warm_pool.enabled,
+                "document": _policy_doc(status),
+                "patch_path": f"/v1/targets/{spec.ref.namespace}/{spec.ref.name}/policy",
+                "target_path": f"/v1/targets/{spec.ref.namespace}/{spec.ref.name}",
             },
             "current_replicas": last_obs.current_replicas if last_obs else None,
             "ready_replicas": last_obs.ready_replicas if last_obs else None,
             "desired_replicas": last.desired_replicas if last else None,
             "forecast_replicas": _forecast_replicas(last),
+            # What the decision core can act on: the forecast above maxReplicaCount is cut.
+            "forecast_replicas_capped": _capped(_forecast_replicas(last), policy.max_replica_count),
             "applied_replicas": status.applied_replicas,
             "warm_pool_replicas": status.warm_pool_replicas,
             "condition": status.condition,
@@ -133,12 +182,15 @@ def target_view(status: TargetStatus, slo_ttft_s: float = DEFAULT_SLO_TTFT_S) ->
                 else None
             ),
             "series": _series(status),
-            "decisions": [d.to_dict() for d in status.recent_decisions(DECISIONS_SHOWN)],
+            "decisions": decision_runs(status.recent_decisions(DECISIONS_SHOWN)),
         }
     )
     return view
 
 
+CONTROLLER_CLOCK: Final = (
+    "t and chart times: the controller's monotonic clock, in seconds; 'updated': your wall clock"
+)
 Comparison = Callable[[], Mapping[str, Any]]
 """Optional side-by-side series (the demo's two fleets), passed through to the page."""
 
@@ -147,11 +199,13 @@ def dashboard_state(
     state: ControllerState,
     slo_ttft_s: float = DEFAULT_SLO_TTFT_S,
     comparison: Comparison | None = None,
+    clock_note: str = CONTROLLER_CLOCK,
 ) -> dict[str, Any]:
     """The JSON feed: controller flags, one view per target sorted by id, and the
     side-by-side block when there is one (``null`` otherwise)."""
     targets = sorted(state.targets.values(), key=lambda s: str(s.spec.ref))
     return {
+        "clock": clock_note,
         "ready": state.ready,
         "leader": state.is_leader,
         "ticks": state.ticks,
@@ -169,6 +223,7 @@ def dashboard_router(
     slo_ttft_s: float = DEFAULT_SLO_TTFT_S,
     *,
     comparison: Comparison | None = None,
+    clock_note: str = CONTROLLER_CLOCK,
 ) -> APIRouter:
     """``/`` (the page), ``/dashboard/static/{file}`` and ``/v1/dashboard/state``."""
     router = APIRouter(tags=["dashboard"])
@@ -186,6 +241,6 @@ def dashboard_router(
 
     @router.get("/v1/dashboard/state")
     async def feed() -> JSONResponse:
-        return JSONResponse(dashboard_state(state, slo_ttft_s, comparison))
+        return JSONResponse(dashboard_state(state, slo_ttft_s, comparison, clock_note))
 
     return router

@@ -166,7 +166,11 @@ async def _serve_grpc(state: ControllerState, opts: DemoOptions) -> Any:
 def _mount_dashboard(app: Any, state: ControllerState, comparison: Comparison) -> None:
     from autoscaler.api.dashboard import dashboard_router
 
-    app.include_router(dashboard_router(state, comparison=comparison.feed))
+    note = (
+        "t and chart times: emulated seconds (the demo runs faster than real time; its "
+        "policy windows and cold starts are real-world values); 'updated': your wall clock"
+    )
+    app.include_router(dashboard_router(state, comparison=comparison.feed, clock_note=note))
 
 
 def _banner(url: str, grpc: str, opts: DemoOptions, token: str, generated: bool) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import uvicorn
@@ -75,12 +76,39 @@ async def populate(state: ControllerState, ticks: int = 30) -> None:
         state.ticks += 1
 
 
+def comparison_feed() -> dict[str, Any]:
+    """What the demo's `Comparison.feed` returns: two fleets, one series each."""
+    t = [float(i) for i in range(30)]
+    return {
+        "fleets": [
+            {"key": "ours", "title": "llm-autoscaler", "target": "demo/llama-3-8b"},
+            {"key": "keda", "title": "KEDA+HPA (seeds)", "target": "demo/llama-3-8b-keda"},
+        ],
+        "time": "emulated seconds since the demo started",
+        "t": t,
+        "ours": {
+            "ttft_p95_s": [0.2 if i < 10 else 0.4 for i in range(30)],
+            "gpus": [3 if i < 12 else 5 for i in range(30)],
+            "ready": [1 if i < 12 else 3 for i in range(30)],
+            "waiting": [0 if i < 10 else 5 for i in range(30)],
+            "replicas": [1 if i < 12 else 3 for i in range(30)],
+        },
+        "keda": {
+            "ttft_p95_s": [0.2 if i < 10 else 2.5 for i in range(30)],
+            "gpus": [1 if i < 15 else 4 for i in range(30)],
+            "ready": [1] * 30,
+            "waiting": [0 if i < 10 else 40 for i in range(30)],
+            "replicas": [1 if i < 15 else 4 for i in range(30)],
+        },
+    }
+
+
 @pytest.fixture
 async def served_state() -> AsyncIterator[tuple[ControllerState, str]]:
     state = ControllerState()
     await populate(state)
     app = FastAPI()
-    app.include_router(dashboard_router(state))
+    app.include_router(dashboard_router(state, comparison=comparison_feed))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

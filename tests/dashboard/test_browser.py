@@ -30,9 +30,11 @@ def chromium() -> str:
 
 
 async def run_chromium(url: str, profile: Path, *extra: str) -> str:
+    sized = any(e.startswith("--window-size") for e in extra)
+    flags = [f for f in CHROMIUM_FLAGS if not (sized and f.startswith("--window-size"))]
     proc = await asyncio.create_subprocess_exec(
         chromium(),
-        *CHROMIUM_FLAGS,
+        *flags,
         f"--user-data-dir={profile}",
         "--virtual-time-budget=4000",
         *extra,
@@ -64,6 +66,19 @@ async def test_page_renders_charts_with_data_and_a_decision(
     assert 'data-reason="scale-up"' in dom
     assert "waiting 12 over target 4 per replica" in dom
     assert re.search(r'data-tile="warm pool".*?class="value">2<', dom)
+    # Side by side: both fleets drawn on each comparison chart.
+    compare = dict(re.findall(r'data-compare="(\w+)" data-points="(\d+)"', dom))
+    assert set(compare) == {"ttft_p95_s", "gpus", "ready", "waiting"}
+    assert int(compare["gpus"]) == 60  # 30 samples x 2 fleets
+    assert "KEDA+HPA (seeds)" in dom
+    assert "monotonic clock" in dom  # which times are which
+    # 29 identical steady decisions after the scale-up collapse into runs, not 29 rows.
+    counts = [
+        int(n)
+        for n in re.findall(r'class="decision" data-reason="\w[\w-]*" data-count="(\d+)"', dom)
+    ]
+    assert len(counts) <= 4 and sum(counts) == 30, counts
+    assert "maxReplicaCount" in dom and "/v1/targets/demo/llama-3-8b/policy" in dom
 
 
 async def test_page_screenshot_is_written(

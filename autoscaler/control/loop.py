@@ -96,10 +96,19 @@ class ControlLoop:
         for ref in list(self.state.targets):
             if ref not in seen:
                 del self.state.targets[ref]
+                self._forget(ref)
                 self._decision_states.pop(ref, None)
                 self._planners.pop(ref, None)
                 self._next_due.pop(ref, None)
                 self._failing.pop(ref, None)
+
+    def _forget(self, ref: TargetRef) -> None:
+        """A deleted target's per-target memory elsewhere (scrape histories, cluster
+        caches, metric series) goes with it; parts without ``forget`` keep nothing."""
+        for part in (self.cluster, self.signals, self.observer):
+            forget = getattr(part, "forget", None)
+            if callable(forget):
+                forget(ref)
 
     # -- loop -----------------------------------------------------------------------------
     async def run(self) -> None:

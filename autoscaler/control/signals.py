@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autoscaler.control.ports import SignalReading, TargetView
+from autoscaler.domain import TargetRef
 from autoscaler.metrics.source import MetricSource
 from autoscaler.store.base import TargetSpec
 
@@ -21,6 +22,12 @@ class SourceSignals:
             errors=reading.errors,
             rejected=dict(reading.rejected),
         )
+
+    def forget(self, ref: TargetRef) -> None:
+        """Drop a deleted target's per-target state in the source (scrape histories)."""
+        forget = getattr(self.source, "forget", None)
+        if callable(forget):
+            forget(str(ref))
 
     async def close(self) -> None:
         await self.source.close()

@@ -166,3 +166,35 @@ async def test_healthz_answers_503_once_the_last_tick_is_older_than_the_limit(
         await clock.advance(1.0)
         stale = await c.get("/healthz")
         assert stale.status_code == 503 and "last completed tick" in stale.json()["problems"][0]
+
+
+async def test_a_removed_target_is_forgotten_by_the_scrape_source_and_the_metrics() -> None:
+    from autoscaler.control.signals import SourceSignals
+    from autoscaler.metrics.pod_scrape import PodScrapeSource
+    from autoscaler.metrics.source import PodEndpoint
+    from tests.metrics.vllm_pods import FakeVllm, start_pods
+
+    pod = FakeVllm()
+    pod.set(waiting=1, running=1, kv=0.1)
+    runner, [url] = await start_pods([pod])
+
+    @dataclass
+    class OnePod(FlakyCluster):
+        async def observe(self, spec: TargetSpec) -> TargetView:
+            return TargetView(1, 1, "1", pods=(PodEndpoint(f"{spec.ref.name}-0", url),))
+
+    source = PodScrapeSource()
+    metrics = ControllerMetrics()
+    state, clock = ControllerState(), FakeClock()
+    loop = ControlLoop(state, OnePod(), SourceSignals(source), clock=clock, observer=metrics)
+    loop.set_targets([StoredTarget(TargetSpec(ref=r, policy=POLICY), "1") for r in REFS])
+    try:
+        await loop.tick()
+        assert str(REFS[0]) in source._histories
+        loop.set_targets([StoredTarget(TargetSpec(ref=r, policy=POLICY), "1") for r in REFS[1:]])
+    finally:
+        await source.close()
+        await runner.cleanup()
+    assert str(REFS[0]) not in source._histories and str(REFS[1]) in source._histories
+    labels = {"namespace": "demo", "name": "t0"}
+    assert metrics.registry.get_sample_value("llm_autoscaler_desired_replicas", labels) is None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import itertools
 import json
 import pstats
@@ -64,7 +65,7 @@ def variants(text: str, n: int = VARIANTS, seed: int = 7) -> list[str]:
             return f"{head} {rng.random()!r}"
         return f"{head} {float(rng.randint(0, 64))!r}"
 
-    return [_SAMPLE.sub(lambda m, k=k: revalue(m, k), text) for k in range(1, n + 1)]
+    return [_SAMPLE.sub(functools.partial(revalue, k=k), text) for k in range(1, n + 1)]
 
 
 def per_call_s(fn: Callable[[], object], window_s: float = 0.05) -> float:

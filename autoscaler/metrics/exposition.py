@@ -227,8 +227,14 @@ class _ByteCache(dict[_K, _V], Generic[_K, _V]):
         self.sizes: dict[_K, int] = {}
         self.used_bytes = 0
 
-    def put(self, key: _K, value: _V, size_bytes: int) -> None:
-        """Store ``value`` if it fits the per-entry cap and the page's allowance."""
+    def put(self, key: _K, value: _V, *parts: object) -> None:
+        """Store ``value`` (accounted as ``_size(*parts)``) if it fits the per-entry cap
+        and the page's allowance; nothing is measured once the allowance is spent."""
+        if getattr(_PAGE, "allowance", PAGE_CACHE_ALLOWANCE_BYTES) > 0:
+            self.put_sized(key, value, _size(*parts))
+
+    def put_sized(self, key: _K, value: _V, size_bytes: int) -> None:
+        """`put` with the size already known."""
         if size_bytes > self.entry_max_bytes:
             return
         allowance: int = getattr(_PAGE, "allowance", PAGE_CACHE_ALLOWANCE_BYTES)
@@ -353,7 +359,7 @@ def _labels_fast(rest: str, line: int) -> tuple[Mapping[str, str], str]:
         if key in labels:
             raise ParseError(f"duplicate label {key!r}", line)
         labels[key] = value
-    _LABEL_CACHE.put(raw, labels, _size(raw, labels))
+    _LABEL_CACHE.put(raw, labels, raw, labels)
     return labels, rest[end + 1 :]
 
 
@@ -447,7 +453,7 @@ class _Builder:
         if found is None:
             found = (name, "untyped")
         self.resolved[name] = found
-        _RESOLVE.put(name, (d, base, kind, found), _size(name, name, d, base, kind, found))
+        _RESOLVE.put(name, (d, base, kind, found), name, name, d, base, kind, found)
         return found
 
     def add(self, name: str, rest: str, line: int, wanted: Collection[str] | None) -> None:
@@ -724,7 +730,7 @@ class _Walk:
                 return
             recorded.append((start - block_start, *decl))
         entry = (scan[block_start : (lines[-1][1] + 1) if lines else block_start], tuple(recorded))
-        _ABOVE.put(family, entry, _size(family, entry))
+        _ABOVE.put(family, entry, family, entry)
 
     def replay(self, start: int, effects: tuple[tuple[int, bool, str, str], ...]) -> None:
         """Apply remembered declarations of a comment block found at offset ``start``."""
@@ -836,7 +842,7 @@ class _Walk:
                 decl = _simple_decl(line, 0, len(line))
                 if decl is None:  # not a plain HELP/TYPE line
                     return self.comment(pos, pos + len(line), prefixes)
-                _DECLS.put(line, decl, _size(line, decl))
+                _DECLS.put(line, decl, line, decl)
             if not decl[1].startswith(prefixes):
                 return False
             self.replay(pos, ((0, *decl),))
@@ -863,7 +869,7 @@ class _Walk:
             rows.append(Sample(name, labels, value, ts))
         if ts is None and tail[:1] == " " and tail.split() == [tail[1:]]:
             head = line[: len(line) - len(tail)]
-            _HEADS.put(head, (name, labels), _size(head, name, labels))
+            _HEADS.put(head, (name, labels), head, name, labels)
         return True
 
 
@@ -1131,9 +1137,9 @@ def _parse_fast(text: str, wanted: frozenset[str], max_lines: int) -> Page:
         if key in _SKELETONS:  # the second page with this layout: worth remembering
             built = _Layout.build(text, skeleton, wanted, page)
             if built is not None:
-                _LAYOUTS.put(key, built, built.size_bytes)
+                _LAYOUTS.put_sized(key, built, built.size_bytes)
         else:
-            _SKELETONS.put(key, True, 200)
+            _SKELETONS.put_sized(key, True, 200)
     return page
 
 
@@ -1161,6 +1167,8 @@ def _parse_walk(text: str, wanted: frozenset[str], max_lines: int) -> Page:
             absent.add(family)
             continue
         hit = _first(scan, needle, last)
+        if last > hit and scan.count(needle, hit, last + len(needle)) > walk.lines_left:
+            raise _too_many_lines(scan, hit + 1)  # before parsing any: a C count, not a walk
         walk.back(hit, family)
         collect: dict[str, list[Sample]] = {family: []}
         collect.update((f, []) for f, _ in order if f not in rows and f not in absent)

@@ -9,11 +9,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import socket
 from collections.abc import Generator
 from dataclasses import dataclass
 
 import uvicorn
 from fastapi import FastAPI
+
+from autoscaler.errors import ConfigError
+
+
+class PortInUse(ConfigError):
+    """A port a server must bind is taken (commands exit 2 with this one line)."""
+
+
+def check_port_free(host: str, port: int, flag: str) -> None:
+    """Before starting anything: a taken port is one line naming it and the flag that
+    changes it, instead of a server's traceback halfway through start-up. Port 0 (any
+    free port) is always free. The port is bound and released at once (a later bind can
+    still race; the servers then fail as before)."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            why = "is already in use" if err.errno == errno.EADDRINUSE else err.strerror
+            raise PortInUse(
+                f"port {port} on {host} {why}; choose another with {flag} PORT (0 picks a free one)"
+            ) from None
 
 
 class _EmbeddedServer(uvicorn.Server):

@@ -60,6 +60,10 @@ async def _main(args: argparse.Namespace) -> int:
         settings.http.port = args.http_port
     if args.grpc_port is not None:
         settings.grpc.port = args.grpc_port
+    from autoscaler.api.server import check_port_free
+
+    check_port_free(settings.http.host, settings.http.port, "--http-port")
+    check_port_free(settings.grpc.host, settings.grpc.port, "--grpc-port")
     api = await load_api_client(args.kubeconfig, args.context)
     controller = Controller(settings, api)
     stop = asyncio.Event()
@@ -76,8 +80,13 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from autoscaler.api.server import PortInUse
+
     try:
         return asyncio.run(_main(args))
+    except PortInUse as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except AutoscalerError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import secrets
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -26,7 +24,7 @@ from typing import Any, TextIO
 from autoscaler.api.app import create_app
 from autoscaler.api.metrics import ControllerMetrics
 from autoscaler.api.security import ApiSettings
-from autoscaler.api.server import serve_http
+from autoscaler.api.server import PortInUse, check_port_free, serve_http
 from autoscaler.control.adapters import KubeCluster, PlannerAdapter
 from autoscaler.control.loop import ControlLoop
 from autoscaler.control.signals import SourceSignals
@@ -59,10 +57,6 @@ __all__ = ["DEMO_POLICY", "DemoOptions", "DemoResult", "PortInUse", "run_demo"]
 BUNDLED_TRACE = Path(__file__).resolve().parent / "data" / "azure_code_minutes_13_19.csv.gz"
 BUNDLED_TRACE_OFFSET_S = 13 * 60.0
 SHUTDOWN_GRACE_S = 2.0  # real seconds for in-flight requests once the time is up
-
-
-class PortInUse(ConfigError):
-    """A port the demo must bind is taken (the command exits 2 with one line)."""
 
 
 @dataclass(frozen=True)
@@ -109,19 +103,8 @@ def burst_trace(opts: DemoOptions) -> Trace:
 
 def check_ports(opts: DemoOptions) -> None:
     """Fail before starting anything when a port is taken: one line naming it."""
-    for port, flag in ((opts.http_port, "--http-port"), (opts.grpc_port, "--grpc-port")):
-        if port == 0:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((opts.http_host, port))
-            except OSError as err:
-                why = "is already in use" if err.errno == errno.EADDRINUSE else err.strerror
-                raise PortInUse(
-                    f"port {port} on {opts.http_host} {why}; choose another with "
-                    f"{flag} PORT (0 picks a free one)"
-                ) from None
+    check_port_free(opts.http_host, opts.http_port, "--http-port")
+    check_port_free(opts.http_host, opts.grpc_port, "--grpc-port")
 
 
 def api_settings(opts: DemoOptions) -> tuple[ApiSettings, bool]:

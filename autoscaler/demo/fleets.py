@@ -67,6 +67,10 @@ def fleets(name: str) -> tuple[FleetSpec, FleetSpec]:
     """Ours (1 replica + 2 pause pods: two 2-GPU nodes) and the KEDA chain (1 replica: one
     2-GPU node). Both start with one warm replica's worth of spare GPU."""
     return (
-        FleetSpec("ours", name, "llm-autoscaler", load_policy(DEMO_POLICY), initial_nodes=2),
-        FleetSpec("keda", f"{name}-keda", "KEDA+HPA (seeds)", keda_policy(), initial_nodes=1),
+        FleetSpec(
+            "ours", name, "llm-autoscaler (warm pool)", load_policy(DEMO_POLICY), initial_nodes=2
+        ),
+        FleetSpec(
+            "keda", f"{name}-keda", "KEDA+HPA (the seeds' policy)", keda_policy(), initial_nodes=1
+        ),
     )

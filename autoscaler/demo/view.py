@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from rich import box
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -18,7 +19,7 @@ from autoscaler.demo.compare import FleetSample
 # Per fleet: Deployment replicas, ready, GPUs held (pause and Pending pods included),
 # waiting requests, client TTFT p95 (emulated s).
 FLEET_COLUMNS = ("rep", "rdy", "gpu", "queue", "ttft95")
-WIDTHS = (3, 3, 3, 5, 6)
+WIDTHS = (4, 4, 4, 5, 6)  # at least the fleet key ("ours", "keda") above each
 
 
 def _fmt(value: float | int | None, spec: str) -> str:
@@ -81,19 +82,23 @@ class DemoView:
 
     def _table(self) -> Table:
         table = Table(
-            title="llm-autoscaler demo: same load, two fleets (times in emulated seconds)",
+            title="llm-autoscaler demo: same load, two fleets (t_s: emulated seconds)",
+            box=box.SIMPLE_HEAD,
+            padding=(0, 1),
             expand=False,
         )
-        table.add_column("t_s", justify="right", no_wrap=True)
-        for key, title in self.titles.items():
+        table.add_column("t_s", justify="right", min_width=5, no_wrap=True)
+        for key in self.titles:
+            style = "cyan" if key == "ours" else "magenta"
             for c, width in zip(FLEET_COLUMNS, WIDTHS, strict=True):
-                head = f"{title}\n{c}" if c == FLEET_COLUMNS[0] else f"\n{c}"
-                style = "cyan" if key == "ours" else "magenta"
-                table.add_column(head, justify="right", min_width=width, no_wrap=True, style=style)
-        table.add_column("\nreason (ours)", justify="left", no_wrap=True)
+                table.add_column(
+                    f"{key}\n{c}", justify="right", min_width=width, no_wrap=True, style=style
+                )
+        table.add_column("\nreason (ours)", justify="left", no_wrap=True, overflow="ellipsis")
         for r in self.rows[-self.keep_rows :]:
             table.add_row(*r)
-        table.caption = self.caption
+        legend = "; ".join(f"{k} = {t}" for k, t in self.titles.items())
+        table.caption = f"{legend}\n{self.caption}" if self.caption else legend
         return table
 
     def update(self, t_s: float, samples: dict[str, FleetSample]) -> None:

@@ -51,3 +51,22 @@ def test_demo_on_a_taken_port_says_which_and_exits_2(flag: str, tmp_path: Path) 
     assert "Traceback" not in proc.stderr + proc.stdout
     (line,) = proc.stderr.strip().splitlines()
     assert f"port {port}" in line and "already in use" in line and flag in line
+
+
+def test_run_on_a_taken_port_says_which_and_exits_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "autoscaler", "run", "--http-port", str(port)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={"PATH": "/usr/bin:/bin", "KUBECONFIG": str(tmp_path / "none")},
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"port {port}" in proc.stderr and "--http-port" in proc.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from autoscaler.api.app import create_app
 from autoscaler.api.limits import DryRunGate, DryRunLimits, TokenBuckets, TooManyRequests
@@ -21,6 +22,7 @@ from autoscaler.api.security import ApiSettings
 from autoscaler.api.server import HttpServerHandle, serve_http
 from autoscaler.control.state import ControllerState
 from autoscaler.domain import TargetRef
+from autoscaler.settings import Settings
 from autoscaler.store.file import FilePolicyStore
 from tests.api.conftest import READ
 from tests.api.support import READ_TOKEN, WRITE_TOKEN, decision, observation, register, spec
@@ -190,3 +192,19 @@ async def test_a_cancelled_dry_run_keeps_its_slot_until_its_replay_thread_ends()
     with pytest.raises(asyncio.CancelledError):
         await first
     assert await gate.run_in_thread(lambda: "third") == "third"
+
+
+def test_limits_come_from_the_process_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOSCALER_API_MAX_BODY_BYTES", "2048")
+    monkeypatch.setenv("AUTOSCALER_API_DRY_RUN_RATE_PER_S", "2")
+    monkeypatch.setenv("AUTOSCALER_API_DRY_RUN_BURST", "5")
+    monkeypatch.setenv("AUTOSCALER_API_DRY_RUN_MAX_TICKS", "120")
+    monkeypatch.setenv("AUTOSCALER_API_DRY_RUN_CPU_BUDGET_S", "0.25")
+    api = ApiSettings.from_env(Settings(), env={})
+    assert api.max_body_bytes == 2048
+    assert api.dry_run == DryRunLimits(
+        rate_per_s=2.0, burst=5, concurrency=1, max_ticks=120, cpu_budget_s=0.25
+    )
+    monkeypatch.setenv("AUTOSCALER_API_MAX_BODY_BYTES", "10")
+    with pytest.raises(ValidationError, match="api_max_body_bytes"):
+        Settings()

@@ -10,6 +10,8 @@ from typing import Any
 
 from autoscaler.errors import ConfigError
 
+SYNTHETIC_LONG_CONTEXT = "synthetic:long-context-chat"
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -18,7 +20,12 @@ def register(subparsers: Any) -> None:
         description="Trace-driven simulation of vLLM replicas on a GPU cluster; compares "
         "policies on the same trace, cluster and seed.",
     )
-    p.add_argument("--trace", required=True, help="Azure CSV (.csv/.csv.gz) or JSONL trace")
+    p.add_argument(
+        "--trace",
+        required=True,
+        help="Azure CSV (.csv/.csv.gz) or JSONL trace, or 'synthetic:long-context-chat' "
+        "(a seeded long-context chat hour, see docs/simulator.md)",
+    )
     p.add_argument(
         "--policy",
         default="all",
@@ -76,15 +83,23 @@ def _run(args: argparse.Namespace) -> int:
     from autoscaler.sim.policies import POLICY_NAMES
     from autoscaler.sim.replica import get_profile
     from autoscaler.sim.report import plot, print_table, write_json
-    from autoscaler.sim.traces import diurnal_day, load_trace, scale_rate, speed_up
+    from autoscaler.sim.traces import (
+        diurnal_day,
+        load_trace,
+        long_context_chat,
+        scale_rate,
+        speed_up,
+    )
 
     if not args.slo_ttft_s > 0:
         raise ConfigError(f"--slo-ttft-s: value {args.slo_ttft_s} must be > 0")
     if args.warm_pool < 0:
         raise ConfigError(f"--warm-pool: value {args.warm_pool} must be >= 0")
-    names = list(POLICY_NAMES) if args.policy == "all" else args.policy.split(",")
-    with_oracle = "oracle" in names
-    names = [n for n in names if n != "oracle"]
+    asked = args.policy.split(",")
+    with_oracle = "oracle" in asked
+    names = [n for n in asked if n not in ("all", "oracle")]
+    if "all" in asked:
+        names = list(POLICY_NAMES) + [n for n in names if n not in POLICY_NAMES]
     for name in names:
         if name not in POLICY_NAMES:
             raise ConfigError(
@@ -93,7 +108,10 @@ def _run(args: argparse.Namespace) -> int:
             )
     if args.static_sweep is not None:
         names += [f"static-{n}" for n in parse_static_sweep(args.static_sweep)]
-    trace = load_trace(args.trace)
+    if args.trace == SYNTHETIC_LONG_CONTEXT:
+        trace = long_context_chat(seed=args.seed)
+    else:
+        trace = load_trace(args.trace)
     if args.speed_up != 1.0:
         trace = speed_up(trace, args.speed_up)
     if args.rate_scale != 1.0:

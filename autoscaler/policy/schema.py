@@ -166,10 +166,17 @@ def _default_metrics() -> tuple[MetricSpec, ...]:
     # running 32 per replica: on the simulator's 8B/H100 replica TTFT p95 nears 0.5 s at
     # ~25-40 concurrent conversations (prefill shares each step with the decode batch);
     # 96 was never reached before the queue, so scaling waited for TTFT to break.
+    # prompt tokens/s 8000 per replica: TTFT is bound by prefill, and queue counts miss
+    # prefill-heavy load (a few 50k-token prompts fill a replica with 3 requests). 8000
+    # is ~23% of an 8B/H100's ~35k tokens/s prefill (calibration.md 1d): enough headroom
+    # for long prompts' attention cost and head-of-line blocking (docs/benchmarks.md,
+    # issue 18). Scale it with prefill throughput on other hardware (A100 or 70B/TP4:
+    # ~3200).
     return (
         MetricSpec(signal="waiting", type="AverageValue", target=4.0),
         MetricSpec(signal="running", type="AverageValue", target=32.0),
         MetricSpec(signal="kv_cache_usage", type="Value", target=0.8),
+        MetricSpec(signal="prompt_tokens_per_s", type="AverageValue", target=8000.0),
     )
 
 

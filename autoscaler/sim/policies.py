@@ -38,6 +38,8 @@ POLICY_NAMES: tuple[str, ...] = (
     "ours-lean",
 )
 
+SCALE_DOWN_WINDOW_S = 450  # ours' scale-down stabilization (see ours_policy)
+
 Forecaster = Callable[[SimView, float, float], Forecast | None]
 """(view, now, horizon_s) -> forecast of canonical signals at now + horizon_s."""
 
@@ -197,16 +199,20 @@ def keda_seed(initial_replicas: int) -> DecideAutoscaler:
 
 
 def ours_policy() -> Policy:
-    """The recommended policy: the schema's defaults (metrics, HPA scale-up) plus
-    prediction on and a 600 s scale-down window (HPA's default is 300 s), longer than a
-    p90 cold start on a new node (~5-10 min), so a replica released in a lull is not
-    bought back with a cold start at the next burst. Both stay opt-in in the schema
+    """The recommended policy: the schema's defaults (metrics incl. prompt tokens/s, HPA
+    scale-up) plus prediction on and a 450 s scale-down window (HPA's default is 300 s),
+    longer than a p90 warm-node cold start plus a provisioning median, so a replica
+    released in a lull is seldom bought back with a cold start at the next burst; 600 s
+    held too much after a ramp on the smooth long-context hour, 300 s released too
+    early between code bursts (docs/benchmarks.md). Both stay opt-in in the schema
     because a policy without them keeps HPA's documented behaviour."""
     return Policy(
         min_replica_count=1,
         max_replica_count=64,
         prediction=Prediction(),
-        behavior=Behavior(scale_down=ScalingRules(stabilization_window_seconds=600)),
+        behavior=Behavior(
+            scale_down=ScalingRules(stabilization_window_seconds=SCALE_DOWN_WINDOW_S)
+        ),
     )
 
 

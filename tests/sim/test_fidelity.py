@@ -10,15 +10,18 @@ import numpy as np
 import pytest
 
 from autoscaler.cli import main
+from autoscaler.domain import DecisionState, Observation
 from autoscaler.emulator.clock import EmuClock
 from autoscaler.emulator.engine import EmulatedEngine, RequestRejected
+from autoscaler.policy.core import decide
+from autoscaler.policy.schema import Policy
 from autoscaler.sim.cluster import ClusterConfig
 from autoscaler.sim.compare import CompareConfig, build_policy, static_sizing
 from autoscaler.sim.oracle import window_misses
-from autoscaler.sim.policies import Ours, StaticPeak
+from autoscaler.sim.policies import Ours, StaticPeak, ours_policy
 from autoscaler.sim.replica import PROFILES, Replica
 from autoscaler.sim.simulator import simulate
-from autoscaler.sim.traces import from_arrays, poisson_trace
+from autoscaler.sim.traces import from_arrays, long_context_chat, poisson_trace
 
 H100 = PROFILES["8b-h100"]
 H100_128K = PROFILES["8b-h100-128k"]
@@ -153,3 +156,43 @@ def test_cli_rejects_a_bad_static_sweep_naming_the_rule(
     trace.write_text('{"timestamp": 0, "input_length": 5, "output_length": 5}\n')
     assert main(["simulate", "--trace", str(trace), "--static-sweep", "5..2"]) == 2
     assert "--static-sweep: value '5..2'" in capsys.readouterr().err
+
+
+def test_default_policy_scales_on_prompt_tokens_when_queues_stay_short() -> None:
+    # Long prompts, short answers: 2 replicas, few requests each, no queue, KV half
+    # used, but 40k prompt tokens/s: the default prompt-tokens target (8000) asks for 5.
+    policy = Policy()
+    obs = Observation(
+        t=100.0,
+        current_replicas=2,
+        ready_replicas=2,
+        signals={
+            "waiting": 0.0,
+            "running": 6.0,
+            "kv_cache_usage": 0.5,
+            "prompt_tokens_per_s": 40_000.0,
+        },
+    )
+    decision, _ = decide(policy, obs, DecisionState(), 100.0)
+    assert decision.desired_replicas == 5
+    without = policy.model_copy(
+        update={"metrics": [m for m in policy.metrics if m.signal != "prompt_tokens_per_s"]}
+    )
+    assert decide(without, obs, DecisionState(), 100.0)[0].desired_replicas == 2
+    assert ours_policy().metrics == policy.metrics  # ours keeps the schema's defaults
+
+
+def test_long_context_chat_matches_the_issue_description_and_is_seeded() -> None:
+    trace = long_context_chat(seed=0)
+    p, o = trace.prompt_tokens, trace.output_tokens
+    assert 6500 <= float(np.median(p)) <= 7500 and 11_000 <= float(p.mean()) <= 13_500
+    assert 70_000 <= float(np.quantile(p, 0.99)) <= 95_000 and int(p.max()) <= 126_000
+    assert 300 <= float(o.mean()) <= 380
+    assert 3.1 <= trace.mean_rate_per_s <= 3.6 and 3500 <= trace.duration_s <= 3600
+    per_min = trace.rate_per_s(60.0)[:-1] * 60
+    assert 110 <= per_min.min() and per_min.max() <= 280  # 145-250 plus Poisson noise
+    again = long_context_chat(seed=0)
+    assert np.array_equal(again.prompt_tokens, p) and np.array_equal(
+        again.arrival_s, trace.arrival_s
+    )
+    assert not np.array_equal(long_context_chat(seed=1).prompt_tokens[:100], p[:100])

@@ -94,11 +94,21 @@ def test_learned_prompt_capacity_scales_a_prefill_bound_ramp_the_queue_targets_m
     base = ramp(1, 8, 60, 900, 1500)
     n = len(base)
     trace = from_arrays("prefill-ramp", base.arrival_s, [3000] * n, [20] * n)
-    plain = ours(1)
-    learned = ours(1, policy=ours_capacity_policy(), name="ours-capacity")
+    queue_only = ours_policy().model_copy(
+        update={"metrics": [m for m in ours_policy().metrics if m.signal != "prompt_tokens_per_s"]}
+    )
+    plain = ours(1, policy=queue_only)
+    learned = ours(
+        1,
+        policy=ours_capacity_policy().model_copy(update={"metrics": queue_only.metrics}),
+        name="ours-capacity",
+    )
+    default = ours(1)  # the schema's prompt-tokens target is on by default
     assert learned.name == "ours-capacity"
     a = simulate(trace, plain, CFG, seed=0).summary()
     b = simulate(trace, learned, CFG, seed=0).summary()
+    c = simulate(trace, default, CFG, seed=0).summary()
+    assert c["slo_misses"] * 4 < a["slo_misses"]
     assert learned.planner is not None
     cap = learned.planner.planner.learned_capacities()["prompt_tokens_per_s"]
     assert 5_000 < cap < 30_000  # an 8B model's prefill on one H100, under a 0.5 s TTFT

@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     api_dry_run_cpu_budget_s: float = Field(default=0.5, gt=0, le=60)
     leader_election: bool = True
     lease_name: str = "llm-autoscaler-leader"
+    # Namespace of the leader-election Lease; unset: POD_NAMESPACE (in cluster), else
+    # ``namespace``, else "default". The shipped Role grants Leases only in llm-autoscaler.
+    lease_namespace: str | None = None
     lease_duration_s: float = Field(default=15.0, gt=0)
     scrape_timeout_s: float = Field(default=2.0, gt=0)
     scrape_concurrency: int = Field(default=64, ge=1)

@@ -7,8 +7,11 @@ JSON Schema from pydantic is converted to a Kubernetes *structural* schema:
 ``exclusiveMinimum: n`` -> ``minimum: n`` + ``exclusiveMinimum: true`` (OpenAPI v3.0),
 ``additionalProperties: false`` dropped (structural schemas prune unknown fields instead;
 ``kubectl apply`` rejects them with strict field validation), titles dropped.
-Cross-field rules (min <= max, ...) stay in `load_policy`; the controller reports them
-in the object's status.
+Cross-field rules (min <= max, ...) are in `load_policy` and, as CEL
+``x-kubernetes-validations`` (`CEL_RULES`), in the CRD: an API server that evaluates them
+(1.25+, or 1.24 with the CustomResourceValidationExpressions feature gate) rejects such an
+object at ``kubectl apply``; elsewhere the controller reports it in the object's status
+(``Ready=False``) and a Warning Event.
 
 Usage: ``python scripts/gen_crd.py`` (write) or ``python scripts/gen_crd.py --check``.
 """
@@ -26,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from autoscaler.domain import FRACTION_SIGNALS  # noqa: E402
 from autoscaler.policy.schema import Policy  # noqa: E402
 
 GROUP = "autoscaling.llmscaler.io"
@@ -133,6 +137,7 @@ def _target_fields() -> dict[str, Any]:
             ),
             "type": "string",
             "enum": ["direct", "keda", "advisory"],
+            "default": "direct",
         },
         "metricsPort": {
             "description": "Port of the engine's Prometheus /metrics on each pod.",
@@ -198,6 +203,44 @@ def _status_schema() -> dict[str, Any]:
     }
 
 
+_FRACTIONS = "[" + ", ".join(f"'{s}'" for s in sorted(FRACTION_SIGNALS)) + "]"
+
+# (rule, message): the cross-field checks of `Policy._consistent`, in CEL. Fields with a
+# default are always present when the rules run (defaulting comes first).
+CEL_RULES: tuple[tuple[str, str], ...] = (
+    (
+        "self.minReplicaCount <= self.maxReplicaCount",
+        "minReplicaCount must be <= maxReplicaCount",
+    ),
+    (
+        "!has(self.idleReplicaCount) || self.idleReplicaCount < "
+        "(self.minReplicaCount > 1 ? self.minReplicaCount : 1)",
+        "idleReplicaCount must be < minReplicaCount (as in KEDA)",
+    ),
+    (
+        "!has(self.fallback) || self.fallback.replicas <= self.maxReplicaCount",
+        "fallback.replicas must be <= maxReplicaCount",
+    ),
+    (
+        "!has(self.metrics) || self.metrics.all(m, !(m.signal in " + _FRACTIONS + ") || "
+        "m.target <= 1.0)",
+        "metrics[].target for a fraction signal (kv_cache_usage...) must be <= 1",
+    ),
+    (
+        "!has(self.metrics) || (has(self.allowFractionAverageValue) && "
+        "self.allowFractionAverageValue) || self.metrics.all(m, !(m.signal in "
+        + _FRACTIONS
+        + " && m.type == 'AverageValue'))",
+        "metrics[].type AverageValue on a fraction signal (kv_cache_usage...) can never ask "
+        "for more than ceil(1 / target) replicas: use type Value",
+    ),
+    (
+        "!has(self.warmPool) || self.warmPool.minReplicas <= self.warmPool.maxReplicas",
+        "warmPool.minReplicas must be <= warmPool.maxReplicas",
+    ),
+)
+
+
 def spec_schema() -> dict[str, Any]:
     """Full ``.spec`` schema: target fields plus every policy field."""
     policy = policy_spec_schema()
@@ -210,6 +253,7 @@ def spec_schema() -> dict[str, Any]:
         "description": (policy.get("description", "") + " Plus the scale target.").strip(),
         "required": ["scaleTargetRef", *policy.get("required", [])],
         "properties": props,
+        "x-kubernetes-validations": [{"rule": r, "message": m} for r, m in CEL_RULES],
     }
     return spec
 
@@ -241,10 +285,15 @@ def build_crd() -> dict[str, Any]:
                     "storage": True,
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [
+                        _column("Target", "string", ".spec.scaleTargetRef.name"),
+                        _column("Min", "integer", ".spec.minReplicaCount"),
+                        _column("Max", "integer", ".spec.maxReplicaCount"),
                         _column("Current", "integer", ".status.currentReplicas"),
                         _column("Desired", "integer", ".status.desiredReplicas"),
                         _column("Mode", "string", ".spec.mode"),
-                        _column("Reason", "string", ".status.lastReason"),
+                        _column("Ready", "string", _condition("Ready")),
+                        _column("Active", "string", _condition("Active")),
+                        _column("Reason", "string", ".status.lastReason", priority=1),
                         _column("Age", "date", ".metadata.creationTimestamp"),
                     ],
                     "schema": {
@@ -267,8 +316,16 @@ def build_crd() -> dict[str, Any]:
     }
 
 
-def _column(name: str, type_: str, path: str) -> dict[str, str]:
-    return {"name": name, "type": type_, "jsonPath": path}
+def _column(name: str, type_: str, path: str, priority: int = 0) -> dict[str, Any]:
+    column: dict[str, Any] = {"name": name, "type": type_, "jsonPath": path}
+    if priority:
+        column["priority"] = priority  # shown with -o wide only
+    return column
+
+
+def _condition(type_: str) -> str:
+    return f'.status.conditions[?(@.type=="{type_}")].status'
+
 
 
 class _NoAliasDumper(yaml.SafeDumper):

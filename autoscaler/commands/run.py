@@ -32,6 +32,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--namespace", default=None, help="watch one namespace (default: all)")
     p.add_argument(
+        "--lease-namespace",
+        default=None,
+        help="namespace of the leader-election Lease (default: POD_NAMESPACE, then "
+        "--namespace, then default); from a workstation use the controller's namespace "
+        "(llm-autoscaler), where the shipped Role grants Leases",
+    )
+    p.add_argument(
         "--http-port",
         type=int,
         default=None,
@@ -55,6 +62,8 @@ async def _main(args: argparse.Namespace) -> int:
         overrides["mode"] = args.mode
     if args.namespace:
         overrides["namespace"] = args.namespace
+    if args.lease_namespace:
+        overrides["lease_namespace"] = args.lease_namespace
     settings = Settings(**overrides)  # type: ignore[arg-type]
     if args.http_port is not None:
         settings.http.port = args.http_port

@@ -200,13 +200,10 @@ class KubeCluster:
         sent = self._status_sent.get(spec.ref)
         if sent is not None and sent[0] == key and now - sent[1] < self.status_every_s:
             return
-        condition = (
-            Condition("Actuating", "False", "OwnedByOtherAutoscaler", owner)
-            if owner
-            else Condition("Actuating", "True", "Reconciled", decision.message)
-        )
         try:
-            await self.status.write_status(spec.ref, decision, conditions=(condition,))
+            await self.status.write_status(
+                spec.ref, decision, conditions=status_conditions(decision, owner)
+            )
         except AutoscalerError as err:
             log.warning("status write failed", target=str(spec.ref), error=str(err))
             return
@@ -224,6 +221,27 @@ class KubeCluster:
             task.cancel()
         if self._own_cache:
             await self.cache.stop()
+
+
+def status_conditions(decision: Decision, owner: str | None) -> tuple[Condition, ...]:
+    """Ready (the spec is valid and the target ours), Active (demand above the activation
+    targets, as KEDA's ScaledObject reports it) and Actuating (the decision is applied)."""
+    active = (
+        Condition("Active", "True", "DemandAboveActivation", "at least one metric is active")
+        if decision.active
+        else Condition("Active", "False", "Idle", "no metric above its activation target")
+    )
+    if owner:
+        return (
+            Condition("Ready", "False", "OwnedByOtherAutoscaler", owner),
+            active,
+            Condition("Actuating", "False", "OwnedByOtherAutoscaler", owner),
+        )
+    return (
+        Condition("Ready", "True", "Reconciled", "spec valid; target reconciled"),
+        active,
+        Condition("Actuating", "True", "Reconciled", decision.message),
+    )
 
 
 class PlannerAdapter:

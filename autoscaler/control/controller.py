@@ -8,6 +8,7 @@ can run two controllers against one API endpoint.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -24,6 +25,7 @@ from autoscaler.control.ports import AlwaysLeader, LeaderPort, SignalPort
 from autoscaler.control.signals import SourceSignals
 from autoscaler.control.state import ControllerState
 from autoscaler.control.tasks import TaskGroup
+from autoscaler.errors import AutoscalerError
 from autoscaler.keda.server import GrpcServerHandle, GrpcTls, serve_grpc
 from autoscaler.kube.cache import ClusterCache
 from autoscaler.kube.capacity import GpuCapacity
@@ -47,7 +49,13 @@ def _identity() -> str:
 
 
 def _lease_namespace(settings: Settings) -> str:
-    return os.environ.get("POD_NAMESPACE") or settings.namespace or "default"
+    """``--lease-namespace`` / AUTOSCALER_LEASE_NAMESPACE, else the pod's own namespace."""
+    return (
+        settings.lease_namespace
+        or os.environ.get("POD_NAMESPACE")
+        or settings.namespace
+        or "default"
+    )
 
 
 @dataclass
@@ -124,12 +132,13 @@ class Controller:
         self.cache = cache
         cache.start()
         self._closers.append(cache.stop)
+        recorder = EventRecorder(self.api, instance=self.identity)
         cluster = KubeCluster(
             self.api,
             cache=cache,
             capacity=GpuCapacity(cache),
             warm_pool=WarmPoolManager(self.api),
-            recorder=EventRecorder(self.api, instance=self.identity),
+            recorder=recorder,
             status=status,
         )
         self._closers.append(cluster.close)
@@ -158,6 +167,8 @@ class Controller:
         if self.elector is not None:
             self._tasks.spawn("leader-election", self.elector.run(self._on_leader_change))
         self._tasks.spawn("policy-watch", self._follow(store))
+        if isinstance(store, CrdPolicyStore):
+            self._tasks.spawn("invalid-report", self._report_invalid(store, recorder))
         self._tasks.spawn("control-loop", self.loop.run())
         log.info(
             "controller started",
@@ -171,6 +182,21 @@ class Controller:
         assert self.loop is not None
         async for targets in store.watch():
             self.loop.set_targets(targets)
+
+    async def _report_invalid(self, store: CrdPolicyStore, recorder: EventRecorder) -> None:
+        """The leader puts validation failures in status and a Warning Event (no API call
+        while nothing changed)."""
+
+        async def warn(involved: dict[str, str], reason: str, message: str) -> bool:
+            return await recorder.emit_on(involved, reason, message, warning=True)
+
+        while True:
+            if self.state.is_leader:
+                try:
+                    await store.report_invalid(warn)
+                except AutoscalerError as err:
+                    log.warning("reporting invalid LLMAutoscalers failed", error=str(err))
+            await asyncio.sleep(self.settings.tick_interval_s)
 
     async def stop(self) -> None:
         """Stop writing first (loop, lease), then stop serving."""

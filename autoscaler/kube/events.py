@@ -1,11 +1,13 @@
 """Kubernetes Events (``core/v1``) on the scale target for every scale change.
 
 ``kubectl describe deployment`` then shows why each change happened, with the decision's
-reason sentence as the message.
+reason sentence as the message. ``describe`` finds Events by ``involvedObject.uid``, so the
+target's uid is read once (then cached) and set on every Event.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 import uuid
@@ -54,6 +56,8 @@ class EventRecorder:
         request_timeout_s: float = 5.0,
     ) -> None:
         self._core: Any = client.CoreV1Api(api)
+        self._apps: Any = client.AppsV1Api(api)
+        self._uids: dict[tuple[str, str, str], str] = {}
         self.instance = instance or socket.gethostname()
         self._wall = wall_clock
         self._timeout = request_timeout_s
@@ -69,21 +73,56 @@ class EventRecorder:
         )
         await self.emit(spec, event_reason(decision), message, warning=warning)
 
+    async def _target_uid(self, kind: str, namespace: str, name: str) -> str | None:
+        """The workload's uid (cached: it only changes when the object is recreated)."""
+        key = (kind, namespace, name)
+        if key in self._uids:
+            return self._uids[key]
+        read = (
+            self._apps.read_namespaced_stateful_set
+            if kind == "StatefulSet"
+            else self._apps.read_namespaced_deployment
+        )
+        try:
+            resp = await read(
+                name, namespace, _preload_content=False, _request_timeout=self._timeout
+            )
+            uid = json.loads(await resp.read())["metadata"].get("uid")
+        except (ApiException, TimeoutError, OSError, ValueError, KeyError) as err:
+            log.warning("event target uid not read", target=f"{namespace}/{name}", error=str(err))
+            return None
+        if uid:
+            self._uids[key] = str(uid)
+        return str(uid) if uid else None
+
     async def emit(self, spec: TargetSpec, reason: str, message: str, *, warning: bool) -> None:
-        """Best effort: an Event that cannot be written is logged, never fatal."""
-        now = self._wall()
+        """An Event on the scale target. Best effort: a failed write is logged, never fatal."""
         ref = spec.scale_target_ref
         ns = spec.ref.namespace
+        involved = {
+            "apiVersion": ref.api_version,
+            "kind": ref.kind,
+            "name": ref.name,
+            "namespace": ns,
+        }
+        uid = await self._target_uid(ref.kind, ns, ref.name)
+        if uid:
+            involved["uid"] = uid
+        if not await self.emit_on(involved, reason, message, warning=warning):
+            self._uids.pop((ref.kind, ns, ref.name), None)  # maybe recreated: read again
+
+    async def emit_on(
+        self, involved: dict[str, str], reason: str, message: str, *, warning: bool
+    ) -> bool:
+        """An Event on any object (``involvedObject``: apiVersion, kind, name, namespace,
+        uid); returns whether it was written."""
+        now = self._wall()
+        ns = involved["namespace"]
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{ref.name}.{uuid.uuid4().hex[:16]}", "namespace": ns},
-            "involvedObject": {
-                "apiVersion": ref.api_version,
-                "kind": ref.kind,
-                "name": ref.name,
-                "namespace": ns,
-            },
+            "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:16]}", "namespace": ns},
+            "involvedObject": involved,
             "reason": reason,
             "message": message[:_MAX_MESSAGE],
             "type": "Warning" if warning else "Normal",
@@ -93,11 +132,13 @@ class EventRecorder:
             "firstTimestamp": _rfc3339(now),
             "lastTimestamp": _rfc3339(now),
             "eventTime": _micro(now),
-            "action": "Scale",
+            "action": "Scale" if involved.get("kind") != "LLMAutoscaler" else "Validate",
             "count": 1,
         }
         try:
             await self._core.create_namespaced_event(ns, body, _request_timeout=self._timeout)
             self.emitted += 1
         except (ApiException, TimeoutError, OSError) as err:
-            log.warning("event not written", target=str(spec.ref), error=str(err))
+            log.warning("event not written", involved=f"{ns}/{involved['name']}", error=str(err))
+            return False
+        return True

@@ -101,11 +101,11 @@ class LeaderElector:
             lease: Any = await self._api.read_namespaced_lease(cfg.name, cfg.namespace, **timeout)
         except ApiException as err:
             if err.status != 404:
-                log.warning("lease read failed", status=err.status)
+                self._warn("read", err)
                 return self.is_leader
             return await self._create(started, timeout)
         except (TimeoutError, aiohttp.ClientError) as err:
-            log.warning("lease read failed", error=str(err))
+            log.warning("lease read failed", error=str(err) or type(err).__name__)
             return self.is_leader
         spec = lease.spec or client.V1LeaseSpec()
         record = (spec.holder_identity or "", spec.renew_time, spec.lease_duration_seconds)
@@ -144,7 +144,7 @@ class LeaderElector:
             log.info("lease update lost", status=err.status, identity=self.identity)
             return self.is_leader if err.status != 409 else self._lose()
         except (TimeoutError, aiohttp.ClientError) as err:
-            log.warning("lease update failed", error=str(err))
+            log.warning("lease update failed", error=str(err) or type(err).__name__)
             return self.is_leader
         return self._won(started, same)
 
@@ -166,11 +166,32 @@ class LeaderElector:
         try:
             await self._api.create_namespaced_lease(cfg.namespace, body, **kw)
         except ApiException as err:
-            log.info("lease create lost", status=err.status)
+            if err.status == 409:
+                log.info("lease create lost", status=err.status)
+            else:
+                self._warn("create", err)
             return False
         except (TimeoutError, aiohttp.ClientError):
             return False
         return self._won(started, False)
+
+    def _warn(self, verb: str, err: ApiException) -> None:
+        """Name the Lease and its namespace: a 403 almost always means the wrong namespace."""
+        cfg = self.config
+        hint = (
+            f"the ServiceAccount may not {verb} Leases in namespace {cfg.namespace!r}; set "
+            "--lease-namespace (AUTOSCALER_LEASE_NAMESPACE) or POD_NAMESPACE to the namespace "
+            "whose Role grants them (llm-autoscaler as shipped)"
+            if err.status == 403
+            else str(err.reason)
+        )
+        log.warning(
+            f"lease {verb} failed",
+            status=err.status,
+            lease=f"{cfg.namespace}/{cfg.name}",
+            namespace=cfg.namespace,
+            hint=hint,
+        )
 
     def _won(self, started: float, renewed: bool) -> bool:
         if not renewed and not self.is_leader:

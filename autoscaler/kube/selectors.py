@@ -18,9 +18,36 @@ _SET_RE = re.compile(r"^\s*([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
 _EQ_RE = re.compile(r"^\s*([\w./-]+)\s*(==|=|!=)\s*([\w./-]*)\s*$")
 _EXISTS_RE = re.compile(r"^\s*(!?)\s*([\w./-]+)\s*$")
 
-FIELD_PATHS: frozenset[str] = frozenset(
-    {"metadata.name", "metadata.namespace", "status.phase", "spec.nodeName"}
-)
+_META = frozenset({"metadata.name", "metadata.namespace"})
+# Per resource plural, as kube-apiserver 1.24 registers them (pkg/registry/*/strategy.go);
+# any other resource: metadata.name and metadata.namespace only.
+FIELD_PATHS: dict[str, frozenset[str]] = {
+    "pods": _META
+    | {
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    },
+    "events": _META
+    | {
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    },
+    "nodes": _META | {"spec.unschedulable"},
+}
 
 
 class SelectorError(ValueError):
@@ -74,18 +101,9 @@ def parse_label_selector(text: str | None) -> Callable[[Mapping[str, str]], bool
     return lambda labels: all(c(labels) for c in checks)
 
 
-def equality_requirements(text: str | None) -> list[tuple[str, str]]:
-    """The ``key=value`` (``key==value``) requirements of a label selector, in order: any
-    one of them narrows the candidates to the objects carrying that label."""
-    out: list[tuple[str, str]] = []
-    for req in _split_requirements(text or ""):
-        m = _EQ_RE.match(req)
-        if m is not None and m.group(2) in ("=", "=="):
-            out.append((m.group(1), m.group(3)))
-    return out
-
-
 def _field_value(obj: Mapping[str, Any], path: str) -> str:
+    if path == "source":  # events: source.component, as the real server indexes it
+        path = "source.component"
     cur: Any = obj
     for part in path.split("."):
         cur = cur.get(part) if isinstance(cur, Mapping) else None
@@ -98,15 +116,17 @@ def _field_requirement(path: str, negate: bool, value: str) -> Predicate:
     return lambda obj: _field_value(obj, path) == value
 
 
-def parse_field_selector(text: str | None) -> Predicate:
-    """Compile a field selector (only the paths in `FIELD_PATHS`, like the real API)."""
+def parse_field_selector(text: str | None, plural: str = "pods") -> Predicate:
+    """Compile a field selector for resource ``plural`` (only the paths the real API
+    supports for it, `FIELD_PATHS`; any other path is a `SelectorError`, HTTP 400)."""
+    supported = FIELD_PATHS.get(plural, _META)
     checks: list[Predicate] = []
     for req in _split_requirements(text or ""):
         m = _EQ_RE.match(req)
         if m is None:
             raise SelectorError(f"invalid field selector requirement: {req!r}")
         path, op, value = m.group(1), m.group(2), m.group(3)
-        if path not in FIELD_PATHS:
+        if path not in supported:
             raise SelectorError(f'field label not supported: "{path}"')
         checks.append(_field_requirement(path, op == "!=", value))
     return lambda obj: all(c(obj) for c in checks)

@@ -3,16 +3,22 @@
 Versions are resourceVersions: a write with ``if_match`` sends it and a 409 from the API
 server becomes `PreconditionFailed` (HTTP 412 at the REST API). Objects that fail
 validation are left out of `list`/`watch` and kept in `invalid` with the reason, so one bad
-object never stops the others from being scaled.
+object never stops the others from being scaled; `report_invalid` puts the reason in the
+object's status (``Ready=False``) and a Warning Event on it.
+
+A REST write replaces the spec only: labels, annotations, finalizers and owner references
+already on the object are kept (the replace body carries the stored metadata). The status
+records ``observedGeneration``: the ``metadata.generation`` of the spec it describes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -37,6 +43,8 @@ from autoscaler.store.base import (
 log = get_logger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 WATCH_FAILURES_NOT_READY = 3
+# What `report_invalid` calls to write a Warning Event: (involvedObject, reason, message).
+EmitEvent = Callable[[dict[str, str], str, str], Awaitable[bool]]
 
 
 def _rfc3339(t: float) -> str:
@@ -66,6 +74,10 @@ class CrdPolicyStore:
         self._status: dict[TargetRef, dict[str, Any]] = {}
         self._parsed: dict[TargetRef, tuple[Any, TargetSpec | ConfigError]] = {}
         self._watch_error: str | None = None  # the policy watch's last failure, until it recovers
+        self.generations: dict[TargetRef, int] = {}  # metadata.generation last seen
+        self._uids: dict[TargetRef, str] = {}
+        self._reported: dict[TargetRef, str] = {}  # invalid reason already in status/Event
+        self._recovered: set[TargetRef] = set()  # reported invalid, valid again
 
     # ------------------------------------------------------------------ helpers
     def _kw(self, **extra: Any) -> dict[str, Any]:
@@ -99,11 +111,18 @@ class CrdPolicyStore:
     def _accept(self, items: Sequence[dict[str, Any]]) -> builtins.list[StoredTarget]:
         out: builtins.list[StoredTarget] = []
         for obj in items:
-            ref = TargetRef(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+            meta = obj["metadata"]
+            ref = TargetRef(meta.get("namespace", ""), meta["name"])
+            if isinstance(meta.get("generation"), int):
+                self.generations[ref] = meta["generation"]
+            if meta.get("uid"):
+                self._uids[ref] = str(meta["uid"])
             try:
                 spec = self._spec_of(ref, obj)
                 out.append(StoredTarget(spec=spec, version=obj["metadata"]["resourceVersion"]))
                 self.invalid.pop(ref, None)
+                if self._reported.pop(ref, None) is not None:
+                    self._recovered.add(ref)
             except ConfigError as err:
                 if self.invalid.get(ref) != str(err):
                     log.warning("invalid LLMAutoscaler ignored", target=str(ref), error=str(err))
@@ -167,7 +186,8 @@ class CrdPolicyStore:
                 pass
             try:
                 current = await self._get_raw(ref)
-                return await self._replace(ref, body, current["metadata"]["resourceVersion"])
+                rv = current["metadata"]["resourceVersion"]
+                return await self._replace(ref, body, rv, current)
             except (PreconditionFailed, NotFound):
                 continue  # someone wrote or deleted in between: try again
         raise TemporaryError(f"put LLMAutoscaler {ref}: kept racing with other writers")
@@ -176,14 +196,21 @@ class CrdPolicyStore:
         self, ref: TargetRef, body: dict[str, Any], if_match: str
     ) -> StoredTarget:
         """RFC 9110 If-Match: ``"*"`` is "exists" (never sent as a resourceVersion, the API
-        server would refuse it); a version is compared by the API server itself."""
+        server would refuse it); a version is compared here (the stored metadata is read
+        anyway, to be kept) and again by the API server."""
         try:
             if if_match != "*":
-                return await self._replace(ref, body, if_match)
+                current = await self._get_raw(ref)
+                if current["metadata"]["resourceVersion"] != if_match:
+                    raise PreconditionFailed(
+                        f"LLMAutoscaler {ref}: version {if_match} is stale (changed since read)"
+                    )
+                return await self._replace(ref, body, if_match, current)
             for _ in range(3):
                 current = await self._get_raw(ref)
                 try:
-                    return await self._replace(ref, body, current["metadata"]["resourceVersion"])
+                    rv = current["metadata"]["resourceVersion"]
+                    return await self._replace(ref, body, rv, current)
                 except PreconditionFailed:
                     continue  # written in between: it still exists, so try again
         except NotFound:
@@ -206,8 +233,12 @@ class CrdPolicyStore:
             raise PermanentError(f"create LLMAutoscaler {ref}: {describe(err)}") from None
         return obj
 
-    async def _replace(self, ref: TargetRef, body: dict[str, Any], version: str) -> StoredTarget:
-        body = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
+    async def _replace(
+        self, ref: TargetRef, body: dict[str, Any], version: str, current: dict[str, Any]
+    ) -> StoredTarget:
+        """Replace the spec; the stored metadata (labels, annotations...) goes back as is."""
+        meta = {k: v for k, v in current["metadata"].items() if k != "managedFields"}
+        body = {**body, "metadata": {**meta, "resourceVersion": version}}
         try:
             obj = await self._call(
                 f"replace LLMAutoscaler {ref}",
@@ -360,7 +391,10 @@ class CrdPolicyStore:
         conditions: Sequence[Condition] = (),
         observed_generation: int | None = None,
     ) -> None:
-        """Merge-patch the status subresource with the last decision and conditions."""
+        """Merge-patch the status subresource with the last decision and conditions;
+        ``observedGeneration`` defaults to the generation of the spec last read."""
+        if observed_generation is None:
+            observed_generation = self.generations.get(ref)
         status = status_body(
             decision,
             now_rfc3339=_rfc3339(self._wall()),
@@ -387,3 +421,44 @@ class CrdPolicyStore:
                 raise NotFound(f"LLMAutoscaler {ref} not found") from None
             raise PermanentError(f"patch LLMAutoscaler {ref} status: {describe(err)}") from None
         self._status[ref] = status
+
+    async def report_invalid(self, emit: EmitEvent | None = None) -> int:
+        """Put each new validation failure in its object's status (``Ready=False``,
+        reason ``InvalidSpec``, the message naming field, value and rule) and a Warning
+        Event; an object valid again gets ``Ready=True``. Only what changed since the last
+        call is written, so calling this every tick costs nothing when nothing changed.
+        Returns the number of objects written."""
+        written = 0
+        for ref, message in list(self.invalid.items()):
+            if self._reported.get(ref) == message:
+                continue
+            cond = Condition("Ready", "False", "InvalidSpec", message)
+            try:
+                await self.write_status(ref, None, conditions=(cond,))
+            except NotFound:
+                self.invalid.pop(ref, None)  # deleted since
+                continue
+            except PermanentError as err:
+                log.warning(
+                    "invalid LLMAutoscaler: status not written", target=str(ref), error=str(err)
+                )
+                continue
+            if emit is not None:
+                involved = {
+                    "apiVersion": f"{CRD_GROUP}/{CRD_VERSION}",
+                    "kind": "LLMAutoscaler",
+                    "name": ref.name,
+                    "namespace": ref.namespace,
+                }
+                if ref in self._uids:
+                    involved["uid"] = self._uids[ref]
+                await emit(involved, "InvalidSpec", message)
+            self._reported[ref] = message
+            written += 1
+        for ref in list(self._recovered):
+            cond = Condition("Ready", "True", "Valid", "spec accepted")
+            with contextlib.suppress(PermanentError):
+                await self.write_status(ref, None, conditions=(cond,))
+            self._recovered.discard(ref)
+            written += 1
+        return written

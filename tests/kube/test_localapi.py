@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi import LocalKubeAPI
 from autoscaler.kube.localapi.patch import json_patch, merge_patch
 from autoscaler.kube.localapi.selectors import SelectorError, parse_label_selector
@@ -100,3 +102,77 @@ def test_rbac_rules_cover_every_call_the_suite_made() -> None:
     for call in ALL_CALLS:
         assert allowed(call.group, call.resource, call.verb), call
     assert all(r.verbs for r in REQUIRED_RULES)
+
+
+# Fidelity tests call what a user or kubectl would, not only what the controller may (no
+# RBAC check at teardown, unlike the `kapi` fixture).
+@pytest.fixture
+async def raw() -> AsyncIterator[tuple[LocalKubeAPI, ApiClient]]:
+    async with LocalKubeAPI(port=0) as api, api_client_for(api.url) as kclient:
+        yield api, kclient
+
+
+async def test_event_field_selector_on_involved_object_uid_as_the_real_server(
+    raw: tuple[LocalKubeAPI, ApiClient],
+) -> None:
+    kapi, kclient = raw
+    core = client.CoreV1Api(kclient)
+    for uid in ("u-1", "u-2"):
+        kapi.create(
+            "events",
+            {
+                "metadata": {"name": f"e-{uid}", "namespace": "default"},
+                "involvedObject": {"kind": "Deployment", "name": "llm", "uid": uid},
+                "reason": "ScaledUp",
+            },
+        )
+    found = await core.list_namespaced_event("default", field_selector="involvedObject.uid=u-2")
+    assert [e.metadata.name for e in found.items] == ["e-u-2"]
+    # A path the real server does not index for pods is a 400, as there.
+    with pytest.raises(ApiException) as err:
+        await core.list_namespaced_pod("default", field_selector="involvedObject.uid=u-2")
+    assert err.value.status == 400
+
+
+async def test_strategic_merge_patch_merges_containers_by_name_as_the_real_server(
+    raw: tuple[LocalKubeAPI, ApiClient],
+) -> None:
+    kapi, kclient = raw
+    dep = deployment("llm")
+    dep["spec"]["template"]["spec"]["containers"].append({"name": "sidecar", "image": "s"})
+    kapi.create("deployments", dep, "apps")
+    patch = {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "image": "v2"}]}}}}
+    apps = client.AppsV1Api(kclient)
+    await apps.patch_namespaced_deployment(
+        "llm", "default", patch, _content_type="application/strategic-merge-patch+json"
+    )
+    got = kapi.get("deployments", "default", "llm", "apps")
+    assert got is not None
+    containers = got["spec"]["template"]["spec"]["containers"]
+    assert [(c["name"], c["image"]) for c in containers] == [("vllm", "v2"), ("sidecar", "s")]
+    delete = {
+        "spec": {"template": {"spec": {"containers": [{"name": "sidecar", "$patch": "delete"}]}}}
+    }
+    await apps.patch_namespaced_deployment(
+        "llm", "default", delete, _content_type="application/strategic-merge-patch+json"
+    )
+    got = kapi.get("deployments", "default", "llm", "apps")
+    assert got is not None
+    assert [c["name"] for c in got["spec"]["template"]["spec"]["containers"]] == ["vllm"]
+
+
+async def test_a_bare_replace_drops_labels_as_the_real_server(
+    raw: tuple[LocalKubeAPI, ApiClient],
+) -> None:
+    kapi, kclient = raw
+    dep = deployment("llm")
+    dep["metadata"]["labels"] = {"team": "search"}
+    created = kapi.create("deployments", dep, "apps")
+    body = deployment("llm", replicas=2)
+    body["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"]
+    await client.AppsV1Api(kclient).replace_namespaced_deployment("llm", "default", body)
+    got = kapi.get("deployments", "default", "llm", "apps")
+    assert got is not None
+    assert "labels" not in got["metadata"]  # so a writer must send the stored metadata back
+    assert got["metadata"]["uid"] == created["metadata"]["uid"]
+    assert got["metadata"]["generation"] == 2

@@ -100,6 +100,9 @@ async def namespace(kube: Kube) -> AsyncIterator[str]:
     """A fresh namespace per test, opted in to scaling (RoleBinding to the scaler role)."""
     name = f"serving-{next(_namespaces)}"
     await kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    binding = load_docs(DEPLOY / "examples" / "opt-in-rolebinding.yaml")[0]
+    binding["metadata"]["namespace"] = name
+    await kube.apply(binding)
     yield name
     await kube.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 

@@ -234,6 +234,7 @@ class ControlPlane:
                 "--endpoint-reconciler-type", "none",
                 "--feature-gates", "CustomResourceValidationExpressions=true",
                 "--profiling=false",
+                "--allow-privileged=true",  # as kubeadm clusters (device-plugin DaemonSets)
             ],
         )  # fmt: skip
 
@@ -299,20 +300,23 @@ class ControlPlane:
         if proc is None or proc.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
         try:
-            proc.wait(grace_s)
+            proc.wait(grace_s if grace_s > 0 else 5.0)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
 
-    def restart_apiserver(self) -> None:
-        self.stop_process("kube-apiserver")
+    def restart_apiserver(self, *, kill: bool = True) -> None:
+        """Kill (SIGKILL, as a crashed or OOM-killed server) or stop, then start again."""
+        self.stop_process("kube-apiserver", grace_s=0.0 if kill else 10.0)
         self.start_apiserver()
         self.wait_ready()
 
     def stop(self) -> None:
+        """SIGTERM each, SIGKILL after 3 s (a terminating apiserver drains its watches for
+        longer, and nothing is left to drain for)."""
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
-            self.stop_process(name)
+            self.stop_process(name, grace_s=3.0)
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -4,8 +4,11 @@ emulated vLLM servers on loopback.
 The real scheduler binds pods to the Node (allocatable ``nvidia.com/gpu``); this watches
 pods bound there, starts an `EmulatedReplica` on a 127.x.y.z address of the pod's own
 (``status.podIP``, so every pod serves ``/metrics`` on the same port like in a cluster), and
-patches the pod Running and Ready. A pod marked for deletion is stopped and then removed
-with grace period 0, as a kubelet does once its containers have exited.
+patches the pod Running and Ready. Like a kubelet it owns that status: it heartbeats the
+Node and puts a running pod's status back when someone else changed it (the node-lifecycle
+controller marks pods NotReady when it misses heartbeats, e.g. across an API-server
+restart). A pod marked for deletion is stopped and then removed with grace period 0, as a
+kubelet does once its containers have exited.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ MERGE_PATCH = "application/merge-patch+json"
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
 def _port(pod: Mapping[str, Any], default: int) -> int:
@@ -67,33 +75,45 @@ class FakeKubelet:
         hosts = itertools.product(range(256), range(2, 255))
         self._ips = (f"127.{subnet}.{b}.{c}" for b, c in hosts)
         self._task: asyncio.Task[None] | None = None
+        self._beat: asyncio.Task[None] | None = None
+        self._ip_of: dict[str, str] = {}
+        self._reported: set[str] = set()  # pods whose Running/Ready status is written
         self._busy: set[str] = set()
 
     async def __aenter__(self) -> FakeKubelet:
         await self.register_node()
         self._task = asyncio.create_task(self._run(), name=f"fake-kubelet-{self.node}")
+        self._beat = asyncio.create_task(self._heartbeat(), name=f"heartbeat-{self.node}")
         return self
 
     async def __aexit__(self, *_: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._beat):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for rep in list(self.replicas.values()):
             await rep.stop(drain=False)
         self.replicas.clear()
         with contextlib.suppress(ApiException):
             await self.core.delete_node(self.node)
 
-    async def register_node(self) -> None:
+    async def _heartbeat(self, period_s: float = 5.0) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            with contextlib.suppress(ApiException, aiohttp.ClientError, OSError, TimeoutError):
+                await self.register_node(create=False)
+
+    async def register_node(self, *, create: bool = True) -> None:
         resources = {"cpu": "64", "memory": "512Gi", "pods": "110"}
         resources["nvidia.com/gpu"] = str(self.gpus)
         body = {
             "metadata": {"name": self.node, "labels": {"kubernetes.io/hostname": self.node}},
             "spec": {"taints": [dict(self.taint)]} if self.taint else {},
         }
-        with contextlib.suppress(ApiException):
-            await self.core.create_node(body)
+        if create:
+            with contextlib.suppress(ApiException):
+                await self.core.create_node(body)
         now = _now()
         status = {
             "status": {
@@ -114,7 +134,7 @@ class FakeKubelet:
         await self.core.patch_node_status(self.node, status, _content_type=MERGE_PATCH)
 
     def ready_pods(self) -> list[str]:
-        return sorted(k for k, r in self.replicas.items() if r.ready)
+        return sorted(k for k, r in self.replicas.items() if r.ready and k in self._reported)
 
     # ---------------------------------------------------------------- loop
     async def _run(self) -> None:
@@ -148,7 +168,11 @@ class FakeKubelet:
         if kind == "DELETED" or meta.get("deletionTimestamp") or meta.get("deletion_timestamp"):
             await self._kill(key, meta, deleted=kind == "DELETED")
             return
-        if key in self.replicas or key in self._busy:
+        if key in self._busy:
+            return
+        if key in self.replicas:
+            if not _ready(pod):  # our pod, its status changed by someone else: put it back
+                await self._patch_status(key, pod)
             return
         self._busy.add(key)
         try:
@@ -157,11 +181,16 @@ class FakeKubelet:
             self._busy.discard(key)
 
     async def _start(self, key: str, pod: Mapping[str, Any]) -> None:
-        meta = pod["metadata"]
         ip = next(self._ips)
         rep = EmulatedReplica(key, self.config, self.clock)
         await rep.start(_port(pod, self.default_port), host=ip)
         self.replicas[key] = rep
+        self._ip_of[key] = ip
+        await self._patch_status(key, pod)
+
+    async def _patch_status(self, key: str, pod: Mapping[str, Any]) -> None:
+        meta = pod["metadata"]
+        ip = self._ip_of[key]
         now = _now()
         names = [c["name"] for c in pod["spec"].get("containers") or []]
         status = {
@@ -191,10 +220,14 @@ class FakeKubelet:
             await self.core.patch_namespaced_pod_status(
                 meta["name"], meta["namespace"], {"status": status}, _content_type=MERGE_PATCH
             )
-        except ApiException:
-            await self._kill(key, meta, deleted=True)
+        except ApiException as err:
+            if err.status == 404:  # deleted meanwhile
+                await self._kill(key, meta, deleted=True)
+            return  # otherwise the next event for this pod tries again
+        self._reported.add(key)
 
     async def _kill(self, key: str, meta: Mapping[str, Any], *, deleted: bool) -> None:
+        self._reported.discard(key)
         rep = self.replicas.pop(key, None)
         if rep is not None:
             await rep.stop(drain=False)

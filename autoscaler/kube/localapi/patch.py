@@ -1,8 +1,9 @@
 """The three patch types the API server accepts (apply-patch is not supported here).
 
-Strategic merge patch is applied as a JSON merge patch: lists are replaced, not merged by
-key. That is enough for the fields this project patches (replicas, priorityClassName,
-status) and is documented as a known difference.
+Strategic merge patch merges lists of objects by their patch merge key, as the real server
+does for the built-in types (`MERGE_KEYS`: containers by name, ports by containerPort,
+conditions by type...), honours ``$patch: delete`` in such a list and ``$patch: replace``
+in a map; lists without a merge key are replaced, as in a JSON merge patch.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 SUPPORTED = frozenset({MERGE, STRATEGIC, JSON_PATCH})
 
-__all__ = ["SUPPORTED", "PatchError", "apply_patch", "json_patch", "merge_patch"]
+__all__ = [
+    "SUPPORTED",
+    "PatchError",
+    "apply_patch",
+    "json_patch",
+    "merge_patch",
+    "strategic_merge_patch",
+]
 
 
 class PatchError(ValueError):
@@ -109,10 +117,68 @@ def _remove(parent: Any, key: str, path: str) -> None:
         raise PatchError(f"path {path} does not exist") from None
 
 
+# Field name -> merge key of the list under it (k8s.io/api ``patchMergeKey`` tags).
+MERGE_KEYS: dict[str, str] = {
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "ports": "containerPort",
+    "volumeMounts": "mountPath",
+    "volumeDevices": "devicePath",
+    "volumes": "name",
+    "imagePullSecrets": "name",
+    "hostAliases": "ip",
+    "conditions": "type",
+    "ownerReferences": "uid",
+    "containerStatuses": "name",
+    "initContainerStatuses": "name",
+    "topologySpreadConstraints": "topologyKey",
+    "podIPs": "ip",
+}
+
+
+def strategic_merge_patch(doc: Any, patch: Any) -> Any:
+    """Strategic merge patch for the built-in types (see `MERGE_KEYS`)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if patch.get("$patch") == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+    out: dict[str, Any] = dict(doc) if isinstance(doc, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif key in MERGE_KEYS and isinstance(value, list) and isinstance(out.get(key), list):
+            out[key] = _merge_list(out[key], value, MERGE_KEYS[key])
+        else:
+            out[key] = strategic_merge_patch(out.get(key), value)
+    return out
+
+
+def _merge_list(current: list[Any], patch: list[Any], merge_key: str) -> list[Any]:
+    out = [copy.deepcopy(item) for item in current]
+    index = {item.get(merge_key): i for i, item in enumerate(out) if isinstance(item, dict)}
+    deleted: set[Any] = set()
+    for item in patch:
+        if not isinstance(item, dict) or merge_key not in item:
+            raise PatchError(f"list item {item!r} has no merge key {merge_key!r}")
+        key = item[merge_key]
+        if item.get("$patch") == "delete":
+            deleted.add(key)
+        elif key in index:
+            out[index[key]] = strategic_merge_patch(out[index[key]], item)
+        else:
+            index[key] = len(out)
+            out.append(strategic_merge_patch({}, item))
+    return [i for i in out if not (isinstance(i, dict) and i.get(merge_key) in deleted)]
+
+
 def apply_patch(content_type: str, doc: Any, patch: Any) -> Any:
     ct = content_type.split(";")[0].strip().lower()
     if ct == JSON_PATCH:
         return json_patch(doc, patch)
-    if ct in (MERGE, STRATEGIC):
+    if ct == STRATEGIC:
+        return strategic_merge_patch(doc, patch)
+    if ct == MERGE:
         return merge_patch(doc, patch)
     raise PatchError(f"unsupported patch content type {ct!r}")

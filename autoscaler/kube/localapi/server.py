@@ -705,7 +705,7 @@ class LocalKubeAPI:
     def _list(self, rt: ResourceType, ns: str | None, query: Mapping[str, str]) -> Obj:
         try:
             labels = parse_label_selector(query.get("labelSelector"))
-            fields = parse_field_selector(query.get("fieldSelector"))
+            fields = parse_field_selector(query.get("fieldSelector"), rt.plural)
         except SelectorError as err:
             raise ApiError(400, "BadRequest", str(err)) from None
         w = _Watcher(rt, ns, labels, fields)
@@ -727,7 +727,7 @@ class LocalKubeAPI:
                 rt,
                 ns,
                 parse_label_selector(q.get("labelSelector")),
-                parse_field_selector(q.get("fieldSelector")),
+                parse_field_selector(q.get("fieldSelector"), rt.plural),
             )
         except SelectorError as err:
             raise ApiError(400, "BadRequest", str(err)) from None

@@ -37,7 +37,10 @@ def _call(url: str, token: str, method: str = "GET", body: Any = None) -> tuple[
 
 
 def _decision(base: str, token: str) -> dict[str, Any]:
-    status, body = _call(base + TARGET + "/decision", token)
+    try:
+        status, body = _call(base + TARGET + "/decision", token)
+    except OSError:  # a slow answer on a loaded machine: ask again
+        status, body = 0, None
     return body if status == 200 else {"current_replicas": 0, "desired_replicas": 99}
 
 
@@ -48,7 +51,7 @@ def _until(pred: Any, timeout_s: float) -> Any:
         if value:
             return value
         time.sleep(0.3)
-    raise AssertionError("condition not met in time")
+    raise AssertionError(f"condition not met in {timeout_s} s")
 
 
 def _banner(proc: subprocess.Popen[str]) -> tuple[str, str, list[str]]:
@@ -67,7 +70,7 @@ def _banner(proc: subprocess.Popen[str]) -> tuple[str, str, list[str]]:
 
 def test_headless_demo_takes_a_live_policy_patch_and_a_keda_switch(tmp_path: Path) -> None:
     summary_path = tmp_path / "summary.json"
-    cmd = [sys.executable, "-m", "autoscaler", "demo", "--headless", "--duration", "45"]
+    cmd = [sys.executable, "-m", "autoscaler", "demo", "--headless", "--duration", "50"]
     cmd += ["--speed", "8", "--http-port", "0", "--grpc-port", "0"]
     cmd += ["--summary", str(summary_path), "--log-file", str(tmp_path / "demo.log")]
     env = {k: v for k, v in __import__("os").environ.items() if k != "AUTOSCALER_API_TOKEN"}
@@ -77,10 +80,10 @@ def test_headless_demo_takes_a_live_policy_patch_and_a_keda_switch(tmp_path: Pat
     try:
         base, token, head = _banner(proc)
         # The burst scales the fleet up; then the user caps it at 2 through the REST API.
-        _until(lambda: _decision(base, token)["current_replicas"] >= 3, 40)
+        _until(lambda: _decision(base, token)["current_replicas"] >= 3, 60)
         status, _ = _call(base + TARGET + "/policy", token, "PATCH", {"maxReplicaCount": 2})
         assert status == 200
-        _until(lambda: _decision(base, token)["desired_replicas"] <= 2, 10)
+        _until(lambda: _decision(base, token)["desired_replicas"] <= 2, 20)
         history = _call(base + TARGET + "/decisions?limit=100", token)[1]["items"]
         capped = [d for d in history if d["reason"] == "max-replicas"]
         assert capped and capped[-1]["current_replicas"] >= 3, history[:5]

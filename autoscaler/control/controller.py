@@ -153,7 +153,8 @@ class Controller:
             leader=leader,
             observer=self.metrics,
             tick_interval_s=s.tick_interval_s,
-            dry_run=s.mode == "advisory",
+            # Process-wide advisory or keda: never write replicas (KEDA's HPA owns them).
+            dry_run=s.mode in ("advisory", "keda"),
         )
         self.loop.set_targets(await store.list(s.namespace))
         app = create_app(self.state, store, ApiSettings.from_env(s), metrics=self.metrics)

@@ -176,3 +176,34 @@ async def test_two_instances_never_both_write_and_fail_over(
         await b.stop()
         for api in apis:
             await api.close()
+
+
+def test_lease_namespace_flag_wins_over_pod_namespace_and_watch_namespace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from autoscaler.control.controller import _lease_namespace
+
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    assert _lease_namespace(Settings(namespace=None)) == "default"
+    assert _lease_namespace(Settings(namespace="llm")) == "llm"
+    monkeypatch.setenv("POD_NAMESPACE", "llm-autoscaler")
+    assert _lease_namespace(Settings(namespace="llm")) == "llm-autoscaler"
+    assert _lease_namespace(Settings(lease_namespace="ops")) == "ops"
+
+
+@pytest.mark.parametrize(
+    ("mode", "writes"), [("direct", True), ("keda", False), ("advisory", False)]
+)
+async def test_process_mode_keda_or_advisory_never_writes_replicas(
+    cluster: tuple[LocalKubeAPI, int], mode: str, writes: bool
+) -> None:
+    kube, port = cluster
+    api = api_client_for(kube.url)
+    ctl = Controller(settings(port, leader_election=False, mode=mode), api, identity="a")
+    await ctl.start()
+    try:
+        assert ctl.loop is not None
+        assert ctl.loop.dry_run is (not writes)
+    finally:
+        await ctl.stop()
+        await api.close()

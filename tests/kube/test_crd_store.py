@@ -250,3 +250,68 @@ async def test_health_turns_bad_after_repeated_watch_failures_and_recovers(
         assert store.health() is None
     finally:
         await gen.aclose()
+
+
+async def test_rest_writes_keep_labels_and_annotations(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    obj = spec_to_object(spec())
+    obj["metadata"]["labels"] = {"team": "search"}
+    obj["metadata"]["annotations"] = {"owner": "alice"}
+    kapi.create("llmautoscalers", obj, GROUP)
+    store = CrdPolicyStore(kclient, "default")
+    current = await store.get(TargetRef("default", "llm"))
+    await store.put(spec(max_replicas=9), if_match=current.version)
+    await store.put(spec(max_replicas=10))
+    await store.put(spec(max_replicas=11), if_match="*")
+    stored = kapi.get("llmautoscalers", "default", "llm", GROUP)
+    assert stored is not None
+    assert stored["spec"]["maxReplicaCount"] == 11
+    assert stored["metadata"]["labels"] == {"team": "search"}
+    assert stored["metadata"]["annotations"] == {"owner": "alice"}
+
+
+async def test_status_records_the_generation_it_describes(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    store = CrdPolicyStore(kclient, "default")
+    await store.put(spec(max_replicas=8))
+    await store.put(spec(max_replicas=9))  # generation 2
+    await store.list()
+    await store.write_status(TargetRef("default", "llm"), None)
+    stored = kapi.get("llmautoscalers", "default", "llm", GROUP)
+    assert stored is not None
+    assert stored["status"]["observedGeneration"] == stored["metadata"]["generation"] == 2
+
+
+async def test_invalid_object_gets_ready_false_and_a_warning_once_then_ready_when_fixed(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    bad = spec_to_object(spec("bad"))
+    bad["spec"]["metricsPort"] = 0
+    created = kapi.create("llmautoscalers", bad, GROUP)
+    store = CrdPolicyStore(kclient, "default")
+    warnings: list[tuple[dict[str, str], str, str]] = []
+
+    async def emit(involved: dict[str, str], reason: str, message: str) -> bool:
+        warnings.append((involved, reason, message))
+        return True
+
+    await store.list()
+    assert await store.report_invalid(emit) == 1
+    assert await store.report_invalid(emit) == 0  # nothing changed: no API call
+    stored = kapi.get("llmautoscalers", "default", "bad", GROUP)
+    assert stored is not None
+    (ready,) = stored["status"]["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "InvalidSpec")
+    assert "spec.metricsPort: value 0" in ready["message"]
+    ((involved, reason, message),) = warnings
+    assert involved["uid"] == created["metadata"]["uid"] and involved["kind"] == "LLMAutoscaler"
+    assert reason == "InvalidSpec" and "metricsPort" in message
+    stored["spec"]["metricsPort"] = 8080
+    kapi.update("llmautoscalers", stored, GROUP)
+    await store.list()
+    assert await store.report_invalid(emit) == 1
+    fixed = kapi.get("llmautoscalers", "default", "bad", GROUP)
+    assert fixed is not None
+    assert fixed["status"]["conditions"][0]["status"] == "True"

@@ -229,3 +229,18 @@ async def test_event_on_target_for_each_applied_change(
     assert by_type["Normal"]["reason"] == "ScaledUp"
     assert by_type["Normal"]["message"] == "2 -> 4 replicas: waiting 30 > 4 per replica"
     assert by_type["Warning"]["message"].endswith("capacity-limited to 5")
+
+
+async def test_events_carry_the_target_uid_read_once(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    created = kapi.create("deployments", deployment("llm"), "apps")
+    rec = EventRecorder(kclient, instance="ctrl-0")
+    for t, (cur, want) in enumerate(((1, 2), (2, 3))):
+        decision = Decision(t, cur, want, Reason.SCALE_UP, "up", active=True)
+        await rec.record(target(), decision, applied=True)
+    events = kapi.list_objects("events", "default")
+    uid = created["metadata"]["uid"]
+    assert [e["involvedObject"]["uid"] for e in events] == [uid, uid]  # kubectl describe
+    reads = [c for c in kapi.calls if c.resource == "deployments" and c.verb == "get"]
+    assert len(reads) == 1

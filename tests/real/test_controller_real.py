@@ -15,6 +15,7 @@ from kubernetes_asyncio.client import ApiClient
 from structlog.testing import capture_logs
 
 from autoscaler.control.controller import Controller
+from autoscaler.domain import TargetRef
 from autoscaler.kube.leader import LeaderElector, LeaseConfig
 from autoscaler.settings import GrpcSettings, HttpSettings, Settings
 from tests.real.conftest import CONTROLLER_NS, vllm_deployment
@@ -179,3 +180,43 @@ async def test_controller_recovers_after_an_api_server_restart(
     (pod,) = kubelet.replicas.values()
     pod.engine.inject(LOAD_REQUESTS, 512, 4096)
     await _poll(kube, dep, lambda d: d["spec"]["replicas"] == 2, 45, "scale after restart")
+
+
+async def test_failover_mid_window_does_not_scale_down_inside_the_stabilization_window(
+    kube: Kube, namespace: str, kubelet: FakeKubelet, controller_api: ApiClient
+) -> None:
+    """A new leader starts with no history; the HPA initial recommendation (the current
+    count) keeps it from scaling down what the old leader scaled up moments ago."""
+    dep = vllm_deployment("llama", namespace, replicas=1)
+    await kube.apply(dep)
+    await until(lambda: len(kubelet.ready_pods()) == 1, 30, "the first pod")
+    down = {"scaleDown": {"stabilizationWindowSeconds": 300}}
+    await kube.create(llmas("llama", namespace, maxReplicaCount=3, behavior=down))
+    a = Controller(settings(), controller_api, identity="ctrl-a")
+    await a.start()
+    try:
+        await until(lambda: a.state.is_leader, 15, "a leads")
+        (pod,) = kubelet.replicas.values()
+        pod.engine.inject(LOAD_REQUESTS, 512, 4096)
+        await _poll(kube, dep, lambda d: d["spec"]["replicas"] == 3, 30, "a scales to 3")
+        await until(lambda: len(kubelet.ready_pods()) == 3, 30, "three pods")
+        for rep in kubelet.replicas.values():
+            rep.engine.abort_all()  # the load is gone: demand now asks for 1 replica
+    finally:
+        await a.stop()  # releases the Lease: b takes over at once
+    b = Controller(settings(), controller_api, identity="ctrl-b")
+    await b.start()
+    try:
+        await until(lambda: b.state.is_leader, 15, "b leads")
+        ref = TargetRef(namespace, "llama")
+
+        def fresh() -> list[Any]:
+            st = b.state.targets.get(ref)
+            ds = st.recent_decisions() if st else []
+            return [d for d in ds if str(d.reason) != "hold-missing-data"]
+
+        await until(lambda: len(fresh()) >= 4, 30, "four decisions by b on fresh data")
+        assert all(d.desired_replicas == 3 for d in fresh()), [d.message for d in fresh()]
+        assert (await kube.read(dep))["spec"]["replicas"] == 3
+    finally:
+        await b.stop()

@@ -1043,10 +1043,14 @@ class _Layout:
         for name, kind, help_text, line, names, labels, memo in self.families:
             end = at + len(names)
             mine = values[at:end]
-            samples = _LaidOut(map(new, repeat(Sample), zip(names, labels, mine, repeat(None))))
-            samples.values = mine
-            samples.memo = memo
-            families[name] = new(Family, (name, kind, samples, line, help_text))
+            rows = map(new, repeat(Sample), zip(names, labels, mine, repeat(None)))
+            if kind == "histogram":  # what `merge_histogram` can replay
+                samples = _LaidOut(rows)
+                samples.values = mine
+                samples.memo = memo
+                families[name] = new(Family, (name, kind, samples, line, help_text))
+            else:
+                families[name] = new(Family, (name, kind, tuple(rows), line, help_text))
             at = end
         return Page(families, self.openmetrics)
 

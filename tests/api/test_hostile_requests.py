@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import math
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -47,32 +48,38 @@ async def serving(
 
 async def _raw_exchange(handle: HttpServerHandle, head: bytes, body_chunks: int) -> bytes:
     """Send ``head`` then up to ``body_chunks`` chunks of 64 KiB while reading the answer;
-    returns the status line. The writer stops as soon as the server answers or resets."""
-    reader, writer = await asyncio.open_connection(handle.host, handle.port)
+    returns the status line. Plain socket calls, not streams: a reset met while writing
+    (the server closes once it has answered) must not discard the answer already read."""
+    loop = asyncio.get_running_loop()
+    sock = socket.create_connection((handle.host, handle.port))
+    sock.setblocking(False)
     chunk = b"x" * 65_536
     chunked = b"transfer-encoding: chunked" in head.lower()
 
     async def write_body() -> None:
-        writer.write(head)
-        with contextlib.suppress(ConnectionError):
+        with contextlib.suppress(OSError):
+            await loop.sock_sendall(sock, head)
             for _ in range(body_chunks):
-                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
-                await writer.drain()
+                await loop.sock_sendall(
+                    sock, b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk
+                )
             if chunked:
-                writer.write(b"0\r\n\r\n")
-                await writer.drain()
+                await loop.sock_sendall(sock, b"0\r\n\r\n")
 
     sender = asyncio.create_task(write_body())
+    answer = b""
     try:
-        status = await asyncio.wait_for(reader.readline(), timeout=30)
+        while b"\r\n" not in answer:
+            got = await asyncio.wait_for(loop.sock_recv(sock, 4096), timeout=30)
+            if not got:
+                break
+            answer += got
     finally:
         sender.cancel()
-        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+        with contextlib.suppress(asyncio.CancelledError):
             await sender
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-    return status
+        sock.close()
+    return answer.split(b"\r\n", 1)[0]
 
 
 def _put_head(length: int | None) -> bytes:

@@ -114,7 +114,10 @@
       ["KV usage", t.latest.kv_cache_usage === null ? "–" : fmt(100 * t.latest.kv_cache_usage, 1) + "%"],
       ["TTFT p95", p95 === null ? "–" : fmt(p95, 3) + " s", p95 !== null && p95 > t.slo_ttft_s],
       ["SLO", fmt(t.slo_ttft_s, 2) + " s"],
-      ["last reason", last ? last.reason : "–"],
+      // No replica ready and no data: pods are cold-starting, not failing (the API keeps
+      // the machine-readable reason).
+      ["last reason", !last ? "–" : (last.reason === "hold-missing-data" && t.ready_replicas === 0
+        && t.current_replicas > 0 ? "waiting for the first replica (cold start)" : last.reason)],
     ];
     v.tiles.replaceChildren(...tiles.map(([label, value, bad]) => {
       const tile = el("div", { class: "tile", "data-tile": label });

@@ -31,6 +31,7 @@ class EmulatorRuntime:
         self.poll_s = poll_s
         self.pre_stop_s = pre_stop_s
         self.app_of: dict[str, str] = {}
+        self.leaving: set[str] = set()  # deleted pods out of the endpoints, in preStop
         self.stopping = False
 
     def _app(self, pod: dict[str, Any]) -> str | None:
@@ -55,14 +56,15 @@ class EmulatorRuntime:
         return PodEndpoint(ip="127.0.0.1", metrics_port=replica.port)
 
     async def stop(self, pod: dict[str, Any]) -> None:
-        """As a Service does: the pod leaves the endpoints first (its /health turns 503,
-        the load generator stops picking it), a preStop grace passes so requests already
-        routed to it arrive, then it drains its in-flight requests and exits."""
+        """As a Service does: the pod leaves the endpoints first (the load generator
+        stops picking it) while it still serves, a preStop grace passes so requests
+        already routed to it arrive and are answered, then it drains its in-flight
+        requests and exits (refusing new ones only from then on)."""
         name = pod["metadata"]["name"]
         replica = self.fleet.replicas.get(name)
         if replica is None or self.stopping:
             return
-        replica.draining = True
+        self.leaving.add(name)
         await asyncio.sleep(max(0.5, self.fleet.clock.real_duration(self.pre_stop_s)))
         if name in self.fleet.replicas and not self.stopping:
             await self.fleet.stop_replica(name, drain=True)
@@ -72,7 +74,7 @@ class EmulatorRuntime:
 
     def ready_urls(self, app: str) -> list[str]:
         """Base URLs of ``app``'s Ready replicas (what its Service routes to)."""
-        return [r.url for r in self.replicas(app) if r.ready]
+        return [r.url for r in self.replicas(app) if r.ready and r.name not in self.leaving]
 
 
 class EmulatedClock:

@@ -9,7 +9,7 @@ the mean: planning for the typical start would miss every slow one. Until
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -26,6 +26,9 @@ class ColdStartEstimator:
     samples_s: tuple[float, ...] = ()
     seen: int = 0
     last_t: float | None = None
+    # The quantile of samples_s, computed once per sample (it is read several times per
+    # tick per target); None: not computed yet.
+    quantile_s: float | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_positive("prior_s", self.prior_s)
@@ -42,11 +45,13 @@ class ColdStartEstimator:
         check_finite("t", t)
         check_finite("duration_s", duration_s, minimum=0.0)
         sample = min(duration_s, self.max_s)
+        samples = (*self.samples_s, sample)[-self.window :]
         return replace(
             self,
-            samples_s=(*self.samples_s, sample)[-self.window :],
+            samples_s=samples,
             seen=self.seen + 1,
             last_t=t,
+            quantile_s=float(np.quantile(np.asarray(samples), self.quantile)),
         )
 
     @property
@@ -58,6 +63,8 @@ class ColdStartEstimator:
         """The expected cold start: the prior until learned, then the recent quantile."""
         if not self.learned:
             return self.prior_s
+        if self.quantile_s is not None:
+            return self.quantile_s
         return float(np.quantile(np.asarray(self.samples_s), self.quantile))
 
     def horizon_s(self, policy_horizon_s: float | None = None) -> float:

@@ -19,7 +19,7 @@ from typing import Any
 
 from autoscaler.kube.gpu import is_pool_pod, request_totals
 from autoscaler.kube.names import METRICS_PORT_ANNOTATION
-from autoscaler.kube.selectors import parse_label_selector
+from autoscaler.kube.selectors import equality_requirements, parse_label_selector
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -190,33 +190,61 @@ class TargetPods:
 
 
 ViewKey = tuple[str, str, int, str]  # (namespace, selector, port, path)
+LabelKey = tuple[str, str, str]  # (namespace, label key, label value)
 
 
 class PodIndex:
-    """Routes pod informer events to the target views of the pod's namespace.
+    """Routes pod informer events to the target views whose selector matches the pod.
 
-    Cost per pod event: one selector match per view in that namespace; per tick: none
-    (views cache their snapshot).
+    A view whose selector has an equality requirement (every ``matchLabels`` selector
+    does) is indexed under that one label, so a pod event is matched only against the
+    views of the labels it carries, and a new view is seeded only from the pods carrying
+    its label: cost per event and per new view independent of the number of targets.
+    Other views (set-based selectors only) are matched against every pod of their
+    namespace. Per tick: nothing (views cache their snapshot).
     """
 
     def __init__(self) -> None:
         self.pods: dict[str, dict[str, PodRecord]] = defaultdict(dict)  # namespace -> name ->
+        self._by_label: dict[LabelKey, dict[str, PodRecord]] = defaultdict(dict)
         self._views: dict[ViewKey, TargetPods] = {}
-        self._by_ns: dict[str, list[TargetPods]] = defaultdict(list)
+        self._views_by_label: dict[LabelKey, list[TargetPods]] = defaultdict(list)
+        self._views_by_ns: dict[str, list[TargetPods]] = defaultdict(list)  # no label key
+
+    def _candidates(self, rec: PodRecord) -> list[TargetPods]:
+        views = list(self._views_by_ns.get(rec.namespace, ()))
+        for k, v in rec.labels.items():
+            views.extend(self._views_by_label.get((rec.namespace, k, v), ()))
+        return views
 
     def on_event(self, key: tuple[str, str], old: PodRecord | None, new: PodRecord | None) -> None:
         ns, name = key
+        before = self.pods[ns].pop(name, None) or old
+        if before is not None:
+            for k, v in before.labels.items():
+                holders = self._by_label.get((ns, k, v))
+                if holders is not None:
+                    holders.pop(name, None)
+                    if not holders:  # labels come and go (pod-template-hash): no leak
+                        del self._by_label[(ns, k, v)]
         if new is None:
-            self.pods[ns].pop(name, None)
-            for v in self._by_ns.get(ns, ()):
-                v.remove(name)
+            for view in self._candidates(before) if before is not None else ():
+                view.remove(name)
             return
         self.pods[ns][name] = new
-        for v in self._by_ns.get(ns, ()):
-            if v.match(new.labels):
-                v.upsert(new)
+        for k, v in new.labels.items():
+            self._by_label[(ns, k, v)][name] = new
+        now = self._candidates(new)
+        for view in now:
+            if view.match(new.labels):
+                view.upsert(new)
             else:
-                v.remove(name)
+                view.remove(name)
+        if before is not None and before.labels != new.labels:
+            kept = {id(v) for v in now}
+            for view in self._candidates(before):
+                if id(view) not in kept:
+                    view.remove(name)
 
     def view(self, namespace: str, selector: str, port: int, path: str) -> TargetPods:
         """The view for this selector (created on first use from the pods cached now)."""
@@ -224,16 +252,18 @@ class PodIndex:
         v = self._views.get(key)
         if v is None:
             v = self._views[key] = TargetPods(namespace, selector, port, path)
-            self._by_ns[namespace].append(v)
-            for rec in self.pods.get(namespace, {}).values():
+            eq = equality_requirements(selector)
+            if eq:
+                label = (namespace, *eq[0])
+                self._views_by_label[label].append(v)
+                seed = self._by_label.get(label, {}).values()
+            else:
+                self._views_by_ns[namespace].append(v)
+                seed = self.pods.get(namespace, {}).values()
+            for rec in seed:
                 if v.match(rec.labels):
                     v.upsert(rec)
         return v
-
-    def drop_view(self, namespace: str, selector: str, port: int, path: str) -> None:
-        v = self._views.pop((namespace, selector, port, path), None)
-        if v is not None:
-            self._by_ns[namespace].remove(v)
 
     @property
     def views(self) -> int:

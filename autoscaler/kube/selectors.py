@@ -101,6 +101,17 @@ def parse_label_selector(text: str | None) -> Callable[[Mapping[str, str]], bool
     return lambda labels: all(c(labels) for c in checks)
 
 
+def equality_requirements(text: str | None) -> list[tuple[str, str]]:
+    """The ``key=value`` (``key==value``) requirements of a label selector, in order: any
+    one of them narrows the candidates to the objects carrying that label."""
+    out: list[tuple[str, str]] = []
+    for req in _split_requirements(text or ""):
+        m = _EQ_RE.match(req)
+        if m is not None and m.group(2) in ("=", "=="):
+            out.append((m.group(1), m.group(3)))
+    return out
+
+
 def _field_value(obj: Mapping[str, Any], path: str) -> str:
     if path == "source":  # events: source.component, as the real server indexes it
         path = "source.component"

@@ -215,3 +215,27 @@ async def test_one_pod_list_and_watch_serve_every_target(kapi: LocalKubeAPI, pod
 def test_rejects_empty_selector() -> None:
     with pytest.raises(ValueError, match="label_selector"):
         TargetPods("default", "", 8000, "/metrics")
+
+
+def rec(name: str, labels: dict[str, str], namespace: str = "default") -> PodRecord:
+    return pod_record({"metadata": {"name": name, "namespace": namespace, "labels": labels}})
+
+
+def test_index_routes_pods_by_label_and_set_based_selectors_by_namespace() -> None:
+    index = PodIndex()
+    a = index.view("default", "app=a,tier in (gpu)", 8000, "/metrics")
+    b = index.view("default", "app in (b)", 8000, "/metrics")  # no equality: namespace scan
+    index.on_event(("default", "a-0"), None, rec("a-0", {"app": "a", "tier": "gpu"}))
+    index.on_event(("default", "a-1"), None, rec("a-1", {"app": "a", "tier": "cpu"}))
+    index.on_event(("default", "b-0"), None, rec("b-0", {"app": "b"}))
+    index.on_event(("other", "a-9"), None, rec("a-9", {"app": "a", "tier": "gpu"}, "other"))
+    assert set(a.pods) == {"a-0"} and set(b.pods) == {"b-0"}
+    # Relabelled from a to b: leaves a's view, joins b's.
+    index.on_event(("default", "a-0"), None, rec("a-0", {"app": "b"}))
+    assert set(a.pods) == set() and set(b.pods) == {"a-0", "b-0"}
+    # A view made later is seeded from the pods carrying its label only.
+    late = index.view("default", "tier=cpu", 8000, "/metrics")
+    assert set(late.pods) == {"a-1"}
+    index.on_event(("default", "a-1"), None, None)
+    assert set(late.pods) == set()
+    assert ("default", "tier", "cpu") not in index._by_label  # nothing left behind

@@ -89,6 +89,7 @@ class KubeCluster:
         # After our own write: (cache resourceVersion when written, what the write returned)
         self._written: dict[TargetRef, tuple[str, ScaleInfo]] = {}
         self.api_reads = 0  # scale GETs made instead of reading the cache
+        self._view_of: dict[TargetRef, tuple[str, str, int, str]] = {}
 
     async def _owners_in(self, namespace: str) -> Mapping[tuple[str, str], str]:
         """``{(kind, name): who}`` for ``namespace``: one list per namespace per period,
@@ -145,9 +146,11 @@ class KubeCluster:
                 f"{target.kind} {spec.ref.namespace}/{target.name}: no pod selector "
                 "(set spec.selector)"
             )
-        view = self.cache.index.view(
-            spec.ref.namespace, selector, spec.metrics_port, spec.metrics_path
-        )
+        view_key = (spec.ref.namespace, selector, spec.metrics_port, spec.metrics_path)
+        if self._view_of.get(spec.ref, view_key) != view_key:
+            self._release_view(spec.ref)  # the target's selector or port changed
+        self._view_of[spec.ref] = view_key
+        view = self.cache.index.view(*view_key)
         synced = self.cache.pods.synced.is_set()
         snap = view.snapshot(synced)
         pods = tuple(
@@ -209,8 +212,15 @@ class KubeCluster:
             return
         self._status_sent[spec.ref] = (key, now)
 
+    def _release_view(self, ref: TargetRef) -> None:
+        key = self._view_of.pop(ref, None)
+        if key is not None and key not in self._view_of.values():
+            self.cache.index.drop_view(*key)
+
     def forget(self, ref: TargetRef) -> None:
-        """Drop what is kept for a target that is no longer scaled."""
+        """Drop what is kept for a target that is no longer scaled (its pod view too,
+        unless another target shares it)."""
+        self._release_view(ref)
         self._status_sent.pop(ref, None)
         self._owner.pop(ref, None)
         self._written.pop(ref, None)

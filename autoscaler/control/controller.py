@@ -71,6 +71,7 @@ class Controller:
     loop: ControlLoop | None = None
     store: PolicyStore | None = None
     cache: ClusterCache | None = None
+    cluster: KubeCluster | None = None
     _tasks: TaskGroup = field(default_factory=lambda: TaskGroup("controller"))
     _closers: list[Any] = field(default_factory=list)
 
@@ -141,6 +142,7 @@ class Controller:
             recorder=recorder,
             status=status,
         )
+        self.cluster = cluster
         self._closers.append(cluster.close)
         signals = self._signals()
         if isinstance(signals, SourceSignals):
@@ -182,7 +184,11 @@ class Controller:
     async def _follow(self, store: PolicyStore) -> None:
         assert self.loop is not None
         async for targets in store.watch():
+            before = set(self.state.targets)
             self.loop.set_targets(targets)
+            if self.cluster is not None:
+                for ref in before - set(self.state.targets):
+                    self.cluster.forget(ref)  # no per-target leftovers in the cache
 
     async def _report_invalid(self, store: CrdPolicyStore, recorder: EventRecorder) -> None:
         """The leader puts validation failures in status and a Warning Event (no API call

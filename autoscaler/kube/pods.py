@@ -265,6 +265,18 @@ class PodIndex:
                     v.upsert(rec)
         return v
 
+    def drop_view(self, namespace: str, selector: str, port: int, path: str) -> None:
+        """Forget a view no target uses any more."""
+        v = self._views.pop((namespace, selector, port, path), None)
+        if v is None:
+            return
+        for table in (self._views_by_label, self._views_by_ns):
+            for key, views in list(table.items()):
+                if v in views:
+                    views.remove(v)
+                    if not views:
+                        del table[key]  # type: ignore[arg-type]
+
     @property
     def views(self) -> int:
         return len(self._views)

@@ -182,3 +182,22 @@ async def test_readyz_answers_from_memory_without_listing_targets(fleet: LocalKu
         await api.close()
     assert answers == [200] * 20
     assert during == []  # no LIST per probe (it was one LIST of every target per probe)
+
+
+async def test_a_deleted_target_leaves_nothing_in_the_pod_index(fleet: LocalKubeAPI) -> None:
+    api = api_client_for(fleet.url)
+    ctl = Controller(settings(leader_election=False), api, identity="a")
+    await ctl.start()
+    try:
+        await until(lambda: decided(ctl, 1), 30, "every target to decide")
+        assert ctl.cache is not None and ctl.cache.index.views == TARGETS
+        fleet.delete(CRD_PLURAL, "llm", "m0", group=CRD_GROUP)
+        await until(
+            lambda: ctl.cache is not None and ctl.cache.index.views == TARGETS - 1,
+            30,
+            "m0's view to go",
+        )
+        assert TargetRef("llm", "m0") not in ctl.state.targets
+    finally:
+        await ctl.stop()
+        await api.close()

@@ -239,3 +239,14 @@ def test_index_routes_pods_by_label_and_set_based_selectors_by_namespace() -> No
     index.on_event(("default", "a-1"), None, None)
     assert set(late.pods) == set()
     assert ("default", "tier", "cpu") not in index._by_label  # nothing left behind
+
+
+def test_dropped_view_is_no_longer_fed_or_kept() -> None:
+    index = PodIndex()
+    a = index.view("default", "app=a", 8000, "/metrics")
+    index.view("default", "app in (b)", 8000, "/metrics")
+    index.drop_view("default", "app=a", 8000, "/metrics")
+    index.drop_view("default", "app in (b)", 8000, "/metrics")
+    index.on_event(("default", "a-0"), None, rec("a-0", {"app": "a"}))
+    assert a.pods == {} and index.views == 0
+    assert not index._views_by_label and not index._views_by_ns

@@ -3,8 +3,10 @@
 Each input line: ``{"t": 0, "current_replicas": 2, "ready_replicas": 2,
 "signals": {"waiting": 12}}``; optional ``pods_read``, ``capacity_max_replicas`` and
 ``forecast: {"horizon_s": 90, "signals": {...}}``. A signal absent from ``signals`` is
-missing data. Output: one JSON decision per input line. The replica count of each line is
-what the input says: the command does not assume its advice was applied. The first line is
+missing data. Output: one JSON decision per input line. The replica count of a line is
+what the line says (the command does not assume its advice was applied); a line without
+``current_replicas`` takes the previous decision's count, as if the advice was applied
+(the first such line starts from ``--start-replicas``). The first line is
 the first reconcile of the target: like a new HPA, its current count is recorded as a
 recommendation (no scale-down inside the first stabilisation window).
 """
@@ -35,6 +37,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--policy", required=True, help="policy file (YAML or JSON)")
     p.add_argument("--signals", required=True, help="signals JSONL file ('-' for stdin)")
+    p.add_argument(
+        "--start-replicas",
+        type=int,
+        default=None,
+        help="replica count before the first line, for lines without current_replicas "
+        "(default: the policy's minReplicaCount, at least 1); such lines then follow the "
+        "decisions, as if each was applied",
+    )
     p.set_defaults(func=run)
 
 
@@ -46,15 +56,19 @@ def _number(line_no: int, field: str, value: Any, *, integer: bool = False) -> f
     return float(value)
 
 
-def parse_observation(line_no: int, record: Mapping[str, Any]) -> Observation:
-    """One JSONL record -> Observation, with errors naming line, field, value and rule."""
+def parse_observation(
+    line_no: int, record: Mapping[str, Any], current_default: int | None = None
+) -> Observation:
+    """One JSONL record -> Observation, with errors naming line, field, value and rule.
+    ``current_default`` stands in for an absent ``current_replicas`` (else it is required)."""
     if not isinstance(record, Mapping):
         raise ConfigError(f"line {line_no}: expected a JSON object, got {type(record).__name__}")
     for required in ("t", "current_replicas"):
-        if required not in record:
+        if required not in record and not (required != "t" and current_default is not None):
             raise ConfigError(f"line {line_no}: field {required!r} is required")
     t = _number(line_no, "t", record["t"])
-    current = int(_number(line_no, "current_replicas", record["current_replicas"], integer=True))
+    raw_current = record.get("current_replicas", current_default)
+    current = int(_number(line_no, "current_replicas", raw_current, integer=True))
     ready = int(
         _number(line_no, "ready_replicas", record.get("ready_replicas", current), integer=True)
     )
@@ -93,9 +107,12 @@ def parse_observation(line_no: int, record: Mapping[str, Any]) -> Observation:
     )
 
 
-def replay(policy: Policy, lines: IO[str]) -> Iterator[dict[str, object]]:
+def replay(
+    policy: Policy, lines: IO[str], start_replicas: int | None = None
+) -> Iterator[dict[str, object]]:
     """Decisions for each non-empty line; raises ConfigError on the first bad line."""
     state: DecisionState | None = None
+    applied = max(policy.min_replica_count, 1) if start_replicas is None else start_replicas
     for line_no, text in enumerate(lines, start=1):
         if not text.strip():
             continue
@@ -103,15 +120,20 @@ def replay(policy: Policy, lines: IO[str]) -> Iterator[dict[str, object]]:
             record = json.loads(text)
         except json.JSONDecodeError as err:
             raise ConfigError(f"line {line_no}: not valid JSON ({err.msg})") from None
-        obs = parse_observation(line_no, record)
+        obs = parse_observation(line_no, record, applied)
         if state is None:  # the first line is the first reconcile: HPA's initial recommendation
             state = initial_state(obs.current_replicas, obs.t)
         decision, state = decide(policy, obs, state, obs.t)
+        applied = decision.desired_replicas
         yield decision.to_dict()
 
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.start_replicas is not None and args.start_replicas < 0:
+            raise ConfigError(
+                f"--start-replicas: value {args.start_replicas} must be a non-negative integer"
+            )
         policy = load_policy(read_config_file(args.policy))
         stream: IO[str] = sys.stdin if args.signals == "-" else Path(args.signals).open()  # noqa: SIM115
     except (ConfigError, OSError) as err:
@@ -119,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     with stream:
         try:
-            for out in replay(policy, stream):
+            for out in replay(policy, stream, args.start_replicas):
                 print(json.dumps(out, separators=(",", ":")), flush=True)
         except ConfigError as err:
             print(f"error: {args.signals}: {err}", file=sys.stderr)

@@ -10,7 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(tmp_path: Path, policy: str, lines: list[str]) -> subprocess.CompletedProcess[str]:
+def _run(
+    tmp_path: Path, policy: str, lines: list[str], *extra: str
+) -> subprocess.CompletedProcess[str]:
     (tmp_path / "p.yaml").write_text(policy)
     (tmp_path / "s.jsonl").write_text("\n".join(lines) + "\n")
     return subprocess.run(
@@ -23,6 +25,7 @@ def _run(tmp_path: Path, policy: str, lines: list[str]) -> subprocess.CompletedP
             str(tmp_path / "p.yaml"),
             "--signals",
             str(tmp_path / "s.jsonl"),
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -108,3 +111,24 @@ def test_first_line_is_an_initial_recommendation_no_scale_down_in_first_window(
     assert proc.returncode == 0, proc.stderr
     desired = [json.loads(x)["desired_replicas"] for x in proc.stdout.splitlines()]
     assert desired == [6, 6, 6, 1]
+
+
+def test_lines_without_a_replica_count_follow_the_decisions(tmp_path: Path) -> None:
+    # Issue 14: without current_replicas the replayed count is the previous decision's, so
+    # "scale down 6 -> 5" is printed once, then the next step, not once per line.
+    policy = POLICY + (
+        "behavior:\n  scaleDown:\n    stabilizationWindowSeconds: 0\n"
+        "    policies: [{type: Pods, value: 1, periodSeconds: 15}]\n"
+    )
+    lines = [json.dumps({"t": t, "signals": {"waiting": 0}}) for t in (0, 5, 15, 30)]
+    proc = _run(tmp_path, policy, lines, "--start-replicas", "6")
+    assert proc.returncode == 0, proc.stderr
+    out = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert [(o["current_replicas"], o["desired_replicas"]) for o in out] == [
+        (6, 5),
+        (5, 5),
+        (5, 4),
+        (4, 3),
+    ]
+    bad = _run(tmp_path, policy, lines, "--start-replicas", "-1")
+    assert bad.returncode == 2 and "--start-replicas: value -1" in bad.stderr

@@ -104,3 +104,28 @@ def test_fraction_average_value_allowed_when_reproducing_keda() -> None:
         }
     )
     assert policy.metrics[0].type == "AverageValue"
+
+
+def test_problem_lines_name_field_rule_and_value_exactly() -> None:
+    # Field errors: "field: rule (value v)"; cross-field errors: the sentence alone.
+    with pytest.raises(ConfigError) as err:
+        load_policy({"maxReplicaCount": 0})
+    assert str(err.value) == (
+        "invalid policy: maxReplicaCount: Input should be greater than or equal to 1 (value 0)"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_policy({"minReplicaCount": 5, "maxReplicaCount": 2})
+    assert err.value.problems == ["minReplicaCount: value 5 must be <= maxReplicaCount (2)"]
+    with pytest.raises(ConfigError) as err:
+        load_policy({"metrics": {}})
+    assert err.value.problems == ["metrics: Input should be a valid tuple (value dict)"]
+
+
+def test_dump_is_camel_case_json_without_unset_blocks() -> None:
+    doc = load_policy({}).dump()
+    assert doc["metrics"] == [
+        {"signal": "waiting", "type": "AverageValue", "target": 4.0, "activationTarget": 0.0},
+        {"signal": "running", "type": "AverageValue", "target": 32.0, "activationTarget": 0.0},
+        {"signal": "kv_cache_usage", "type": "Value", "target": 0.8, "activationTarget": 0.0},
+    ]
+    assert "fallback" not in doc and "idleReplicaCount" not in doc and doc["behavior"] == {}

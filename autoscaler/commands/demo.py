@@ -113,7 +113,7 @@ def _summary_line(s: dict[str, Any], path: Path, log_file: Path) -> str:
             f"  {key:5s} {f['title']:30s} TTFT p50 {f['ttft_p50_s']} s, p95 {f['ttft_p95_s']} s; "
             f"{f['gpu_seconds'] / 3600:.2f} GPU-hours, max {f['max_gpus']} GPUs; "
             f"load: {load.get('ok', 0)} ok, {load.get('failed', 0)} failed, "
-            f"{load.get('cancelled', 0)} cut at the end"
+            f"{load.get('cancelled', 0)} cut at the end, {load.get('not_sent', 0)} not sent"
         )
     lines.append(f"written to {path}; logs in {log_file}")
     return "\n".join(lines)

@@ -200,6 +200,7 @@ _LAYOUT_BUDGET_BYTES = CACHE_BUDGET_BYTES - 12 * _MIB
 # Pages up to this size are read through a remembered layout (see `_parse_fast`); larger
 # ones always take the walk, so no single C call on them holds the GIL for long.
 LAYOUT_MAX_PAGE_BYTES = 1024 * 1024
+LAYOUTS_PER_SKELETON = 8
 # Lines of the wanted families one fast parse reads at most (~10-30 ms of CPU cold): a
 # page with more (200k series of a wanted family) is refused whole with `ParseError`, so
 # the pod counts as unread rather than stalling the event loop for seconds.
@@ -557,10 +558,12 @@ _FIRST_HINT: dict[str, int] = {}
 _PLANS: dict[frozenset[str], tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {}
 # Bytes of each family's last group (plus slack): the chunk size of its next walk.
 _GROUP_BYTES: dict[str, int] = {}
-# Layouts of pages seen at least twice, by (wanted families, hash of the page skeleton);
+# Layouts of pages seen at least twice, by (wanted families, hash of the page skeleton,
+# n < LAYOUTS_PER_SKELETON: pods whose own label values differ only in digits share a
+# skeleton, not a layout);
 # skeletons seen once (a layout is built on the second sighting: a pod whose layout
 # changes on every scrape never pays for building one).
-_LAYOUTS: _ByteCache[tuple[frozenset[str], int], _Layout] = _ByteCache(
+_LAYOUTS: _ByteCache[tuple[frozenset[str], int, int], _Layout] = _ByteCache(
     _LAYOUT_BUDGET_BYTES, 256 * 1024
 )
 _SKELETONS: _ByteCache[tuple[frozenset[str], int], bool] = _ByteCache(_MIB)
@@ -1021,9 +1024,9 @@ class _Layout:
     openmetrics: bool
     size_bytes: int
 
-    def read(self, text: str) -> Page | None:
-        """The page's wanted families, or None when a line differs from the layout."""
-        lines = text.split("\n", self.split)
+    def read(self, lines: list[str]) -> Page | None:
+        """The wanted families of a page split in ``lines`` (at least ``split`` of them, or
+        all), or None when a line differs from the layout."""
         if len(lines) < self.split or self.exact(lines) != self.exact_lines:
             return None
         picked = self.pick(lines)  # below, C loops only: no Python code per line
@@ -1131,19 +1134,26 @@ def _parse_fast(text: str, wanted: frozenset[str], max_lines: int) -> Page:
         return _parse_walk(text, wanted, max_lines)
     skeleton = text.encode().translate(None, _SKELETON_DELETE)
     key = (wanted, hash(skeleton))
-    layout = _LAYOUTS.get(key)
-    if layout is not None and layout.skeleton_bytes == len(skeleton):
-        page = layout.read(text)
-        if page is not None:
-            return page
+    lines: list[str] = []
+    split = -1
+    n = 0  # layouts of this skeleton: pods whose label values differ only in digits
+    while (layout := _LAYOUTS.get((*key, n))) is not None:
+        if layout.skeleton_bytes == len(skeleton):
+            if layout.split > split:
+                split = layout.split
+                lines = text.split("\n", split)
+            page = layout.read(lines)
+            if page is not None:
+                return page
+        n += 1
     page = _parse_walk(text, wanted, max_lines)
-    if layout is None:
-        if key in _SKELETONS:  # the second page with this layout: worth remembering
+    if n or key in _SKELETONS:  # the second page with this skeleton: worth remembering
+        if n < LAYOUTS_PER_SKELETON:
             built = _Layout.build(text, skeleton, wanted, page)
             if built is not None:
-                _LAYOUTS.put_sized(key, built, built.size_bytes)
-        else:
-            _SKELETONS.put_sized(key, True, 200)
+                _LAYOUTS.put_sized((*key, n), built, built.size_bytes)
+    else:
+        _SKELETONS.put_sized(key, True, 200)
     return page
 
 

@@ -54,8 +54,8 @@ def layout_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     calls: list[bool] = []
     original = exposition._Layout.read
 
-    def read(self: exposition._Layout, text: str) -> exposition.Page | None:
-        page = original(self, text)
+    def read(self: exposition._Layout, lines: list[str]) -> exposition.Page | None:
+        page = original(self, lines)
         calls.append(page is not None)
         return page
 
@@ -152,3 +152,18 @@ def test_snapshot_through_a_layout_equals_the_strict_snapshot(layout_reads: list
         text = _revalue(base, [f"0.{k}5", "0.5", f"{k}e-3"])
         assert read_snapshot(text, "vllm") == read_snapshot(text, "vllm", strict=True)
     assert layout_reads == [True, True]
+
+
+def test_pods_whose_label_values_differ_only_in_digits_each_get_a_layout(
+    layout_reads: list[bool],
+) -> None:
+    exposition.clear_caches()
+    base = (FIXTURES / "vllm_v1_0.10.txt").read_text()
+    pods = [base.replace('engine="0"', f'engine="0",instance="10.0.0.{i}:8000"') for i in (1, 2)]
+    for k in range(4):
+        for pod in pods:
+            text = _revalue(pod, [f"{k}.0", f"{k + 1}.5"])
+            _assert_reads_as_strict(text, list(VLLM_FAMILIES))
+    assert len(exposition._LAYOUTS) == 2
+    # the last round: pod 1 tries pod 2's layout (built first) then its own; pod 2 its own
+    assert layout_reads[-3:] == [False, True, True]

@@ -9,6 +9,8 @@ tick (not counted in ``pods_read``), and so is a pod whose page holds a value ou
 range (``+Inf``, NaN, a negative count; see `signals.snapshot_violation`), counted by
 reason in ``rejected``; a pod not read successfully for ``stale_after_s``
 loses its history, so a restarted pod never produces a rate across the gap.
+Pages over ``thread_parse_bytes`` are decoded and parsed in one worker thread, so a pod
+sending megabytes does not stall the event loop for the other targets.
 """
 
 from __future__ import annotations

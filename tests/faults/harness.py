@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from autoscaler.control.adapters import KubeCluster
+from autoscaler.control.adapters import CapacityPort, KubeCluster
 from autoscaler.control.clock import FakeClock
 from autoscaler.control.loop import ControlLoop
 from autoscaler.control.ports import SignalPort
@@ -189,6 +189,7 @@ async def fleet(
     signals: Callable[[], Awaitable[SignalPort]] | None = None,
     scrape_timeout_s: float = 5.0,
     api_timeout_s: float = 5.0,
+    capacity: CapacityPort | None = None,
 ) -> AsyncIterator[Fleet]:
     """Start the fleet; ``hostile()`` makes the last pod of the first ``faulty_targets``."""
     refs = [TargetRef(NAMESPACE, f"model-{i:02d}") for i in range(TARGETS)]
@@ -219,9 +220,8 @@ async def fleet(
             retry = RetryPolicy(
                 attempts=2, base_delay_s=0.01, max_delay_s=0.02, request_timeout_s=api_timeout_s
             )
-            cluster = KubeCluster(
-                api, cache=cache, scale=ScaleClient(api, retry=retry), clock=clock
-            )
+            scale = ScaleClient(api, retry=retry)
+            cluster = KubeCluster(api, cache=cache, scale=scale, clock=clock, capacity=capacity)
             if signals is None:
                 source = PodScrapeSource(ScrapeConfig(timeout_s=scrape_timeout_s))
                 reader: SignalPort = SourceSignals(source)
@@ -230,7 +230,7 @@ async def fleet(
                 reader = await signals()
             state = ControllerState()
             loop = ControlLoop(state, cluster, reader, clock=clock)
-            policy = load_policy(POLICY)
+            policy = load_policy({**POLICY, "capacity": {"enforce": capacity is not None}})
             loop.set_targets(
                 [
                     StoredTarget(

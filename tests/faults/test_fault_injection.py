@@ -12,10 +12,13 @@ import math
 import tracemalloc
 from collections.abc import Callable
 
+import aiohttp
+
 from autoscaler.control.ports import SignalPort
 from autoscaler.control.signals import SourceSignals
 from autoscaler.domain import Decision, Reason, TargetRef
 from autoscaler.metrics.prometheus import PrometheusSource
+from autoscaler.store.base import TargetSpec
 from tests.faults.harness import (
     REPLICAS,
     TARGETS,
@@ -169,14 +172,43 @@ async def test_memory_stays_bounded_while_pods_send_new_huge_labels_every_scrape
         tracemalloc.start()
         try:
             before, _ = tracemalloc.get_traced_memory()
-            ticks = await f.run_ticks(6)
+            ticks = await f.run_ticks(5)
             after, _ = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
         assert_every_target_decided(f, ticks)
         grown = after - before
         sent = sum(p.scrapes for p in f.hostile) * size
-        # 4 pods x 6+ scrapes x 1 MB of never-seen label values went through the parser;
+        # 4 pods x 7 scrapes x 1 MB of never-seen label values went through the parser;
         # what stays is bounded by the parser's byte budget, not by what was sent.
         assert sent >= 24 * 1024 * 1024
         assert grown < 12 * 1024 * 1024, f"grew {grown / 2**20:.1f} MiB of {sent / 2**20} sent"
+
+
+class RawTimeoutCapacity:
+    """GPU capacity whose client times out raw (aiohttp) for the first four targets."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def max_replicas(self, spec: TargetSpec, current: int) -> int | None:
+        self.calls += 1
+        if spec.ref.name < "model-04":
+            raise aiohttp.ServerTimeoutError("Timeout on reading data from socket")
+        return None
+
+
+async def test_a_raw_client_timeout_in_some_targets_never_stops_the_others() -> None:
+    capacity = RawTimeoutCapacity()
+    async with fleet(capacity=capacity) as f:
+        ticks = await f.run_ticks(TICKS)
+        failing = f.refs[:4]
+        for decided in ticks:
+            assert set(decided) == set(f.refs) - set(failing)
+        for ref in failing:
+            st = f.state.status(ref)
+            assert st is not None and st.condition is not None
+            assert st.condition.startswith("ReconcileFailed: ServerTimeoutError")
+        assert f.state.loop.reconcile_errors == 4 * TICKS and f.state.loop.error is None
+        assert all(f.replicas(r) == REPLICAS for r in failing)
+        assert all(f.replicas(r) == 1 for r in f.refs[4:])

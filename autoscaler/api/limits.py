@@ -71,7 +71,16 @@ def _too_large(limit: int, what: str) -> StarletteHTTPException:
 
 class BodyLimitMiddleware:
     """Pure ASGI. A declared ``Content-Length`` above the limit is answered 413 before any
-    body byte is read; a chunked body is counted as it streams and stopped at the limit."""
+    body byte is read; a chunked body is counted as it streams and stopped at the limit.
+
+    Lingering close: a server that closes with request bytes unread makes the kernel send
+    a reset, and a client still uploading (httpx, curl) then loses the 413 it was sent.
+    So once the 413 is on the wire (complete by its Content-Length), the rest of the body
+    is read and discarded, up to `DRAIN_FACTOR` x the limit and `DRAIN_TIMEOUT_S`; a
+    declared body beyond that is not drained at all (its client gets the reset)."""
+
+    DRAIN_FACTOR: Final = 4
+    DRAIN_TIMEOUT_S: Final = 5.0
 
     def __init__(self, app: Any, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         self.app = app
@@ -82,25 +91,37 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self.max_body_bytes
+        drain_bytes = self.DRAIN_FACTOR * limit
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            await _send_error(send, _too_large(limit, f"of {declared} bytes (Content-Length)"))
+            err = _too_large(limit, f"of {declared} bytes (Content-Length)")
+            drain_from = receive if declared <= drain_bytes else None
+            await _send_error(send, err, drain_from, drain_bytes)
             return
         received = 0
+        over_limit = False
         started = False
 
         async def counted_receive() -> Message:
-            nonlocal received
+            nonlocal received, over_limit
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
+                    over_limit = True
                     raise _too_large(limit, f"(more than {limit} bytes streamed)")
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
             started = started or message["type"] == "http.response.start"
+            last = message["type"] == "http.response.body" and not message.get("more_body")
+            if over_limit and last:
+                # The app answered the 413: send it whole, then drain what is still coming.
+                await send({**message, "more_body": True})
+                await _drain(receive, drain_bytes - received, self.DRAIN_TIMEOUT_S)
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
             await send(message)
 
         try:
@@ -109,7 +130,7 @@ class BodyLimitMiddleware:
             # Raised from receive outside a route's exception handling (e.g. a middleware).
             if err.status_code != 413 or started:
                 raise
-            await _send_error(send, err)
+            await _send_error(send, err, receive, drain_bytes - received)
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -120,12 +141,39 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _send_error(send: Send, err: StarletteHTTPException) -> None:
+async def _drain(receive: Receive, max_bytes: int, timeout_s: float) -> None:
+    """Read and discard the request body until it ends, ``max_bytes`` or ``timeout_s``."""
+
+    async def read() -> None:
+        drained = 0
+        while drained <= max_bytes:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            drained += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(read(), timeout_s)
+
+
+async def _send_error(
+    send: Send,
+    err: StarletteHTTPException,
+    drain_from: Receive | None = None,
+    drain_bytes: int = 0,
+) -> None:
     body = json.dumps({"detail": err.detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     headers += [(k.lower().encode(), v.encode()) for k, v in (err.headers or {}).items()]
     await send({"type": "http.response.start", "status": err.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    if drain_from is None:
+        await send({"type": "http.response.body", "body": body})
+        return
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+    await _drain(drain_from, drain_bytes, BodyLimitMiddleware.DRAIN_TIMEOUT_S)
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class TokenBuckets:

@@ -110,6 +110,28 @@ async def test_chunked_body_is_counted_while_streaming_and_stopped_at_the_limit(
             assert (await c.get(URL)).status_code == 404
 
 
+async def test_a_client_still_uploading_a_body_over_the_limit_reads_the_413(
+    tmp_path: Path,
+) -> None:
+    # httpx reads the answer only once its upload ends: without draining the rest of the
+    # body, the server's close turned into a reset and httpx saw ReadError, not the 413.
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(48):
+            yield b"x" * 65_536
+
+    async with (
+        serving(tmp_path) as (handle, _),
+        httpx.AsyncClient(base_url=handle.url) as c,
+    ):
+        declared = await c.put(URL, content=b"x" * (3 * MiB), headers=WRITE)
+        assert declared.status_code == 413
+        assert "3145728 bytes (Content-Length)" in declared.json()["detail"]
+        streamed = await c.put(URL, content=chunks(), headers=WRITE)
+        assert streamed.status_code == 413
+        assert "streamed" in streamed.json()["detail"]
+        assert (await c.get(URL)).status_code == 404
+
+
 async def test_body_limit_is_configurable_and_bodies_under_it_pass(tmp_path: Path) -> None:
     async with (
         serving(tmp_path, max_body_bytes=4096) as (handle, _),

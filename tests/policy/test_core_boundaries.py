@@ -9,7 +9,7 @@ import pytest
 
 from autoscaler.domain import DecisionState, Forecast, Observation, Reason
 from autoscaler.policy.core import decide
-from autoscaler.policy.schema import load_policy
+from autoscaler.policy.schema import TARGET_MIN, VALUE_MAX, load_policy
 from tests.policy.test_core import WAITING4, Tick, follow, run
 
 W1 = {"metrics": [{"signal": "waiting", "type": "AverageValue", "target": 1}]}
@@ -740,3 +740,18 @@ def test_idle_hold_on_partial_data_reports_it() -> None:
     d = run(IDLE2, [Tick(0, 2, {"waiting": 0})])[-1]  # inactive; running unread
     assert (d.desired_replicas, d.reason) == (2, Reason.IDLE)
     assert d.limits == (Reason.HOLD_PARTIAL_DATA,)
+
+
+@pytest.mark.parametrize("capacity", [TARGET_MIN, VALUE_MAX])
+def test_learned_capacity_at_the_policy_bounds_is_learned(capacity: float) -> None:
+    # The learned target may be anything a policy could say: the bounds are inclusive.
+    doc = {**WAITING4, "maxReplicaCount": 32, "prediction": {"learnedCapacitySignal": "running"}}
+    obs = Observation(
+        t=0,
+        current_replicas=2,
+        ready_replicas=2,
+        signals={"waiting": 0, "running": 0},
+        forecast=Forecast(90.0, {}, capacity_per_replica={"running": capacity}),
+    )
+    decision, _ = decide(load_policy(doc), obs, DecisionState(), 0)
+    assert [m.target for m in decision.metrics if m.learned] == [capacity]

@@ -131,4 +131,12 @@ def test_dump_is_camel_case_json_without_unset_blocks() -> None:
         "activationTarget": 0.0,
     }
     assert by_signal["kv_cache_usage"]["type"] == "Value" and isinstance(doc["metrics"], list)
+    # The documented defaults (docs/policy.md): targets per replica.
+    targets = {m["signal"]: m["target"] for m in doc["metrics"]}
+    assert targets == {
+        "waiting": 4.0,
+        "running": 32.0,
+        "kv_cache_usage": 0.8,
+        "prompt_tokens_per_s": 8000.0,
+    }
     assert "fallback" not in doc and "idleReplicaCount" not in doc and doc["behavior"] == {}

@@ -56,7 +56,7 @@ __all__ = ["DEMO_POLICY", "DemoOptions", "DemoResult", "PortInUse", "run_demo"]
 # see data/README.md for source and licence.
 BUNDLED_TRACE = Path(__file__).resolve().parent / "data" / "azure_code_minutes_13_19.csv.gz"
 BUNDLED_TRACE_OFFSET_S = 13 * 60.0
-SHUTDOWN_GRACE_S = 2.0  # real seconds for in-flight requests once the time is up
+SHUTDOWN_GRACE_S = 5.0  # real seconds to cut in-flight requests once the time is up
 
 
 @dataclass(frozen=True)
@@ -332,6 +332,10 @@ def summarize(result: DemoResult, opts: DemoOptions, fleets: dict[str, Any]) -> 
         reasons[str(d.reason)] = reasons.get(str(d.reason), 0) + 1
     load = {k: r.summary() for k, r in result.load.items()}
     for key, totals in fleets.items():
+        if key not in load:  # the generator's report did not arrive in time: what ended
+            seen = totals.pop("outcomes", {})
+            load[key] = {"ok": seen.get("ok", 0), "failed": seen.get("failed", 0), "partial": True}
+        totals.pop("outcomes", None)
         totals["load"] = load.get(key)
     return {
         "target": f"{opts.namespace}/{opts.name}",

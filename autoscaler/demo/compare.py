@@ -57,8 +57,13 @@ class Comparison:
         self.ttfts: dict[str, deque[tuple[float, float]]] = {f.key: deque() for f in fleets}
         self.samples: deque[tuple[float, dict[str, FleetSample]]] = deque(maxlen=SAMPLES)
         self.ttft_all: dict[str, list[float]] = {f.key: [] for f in fleets}
+        # Outcomes as requests end: the load counts even if a generator's final report
+        # is not in by the end of the run (a very busy machine).
+        self.outcomes: dict[str, dict[str, int]] = {}
 
     def on_result(self, key: str, result: RequestResult) -> None:
+        counts = self.outcomes.setdefault(key, {})
+        counts[result.outcome] = counts.get(result.outcome, 0) + 1
         if result.ttft_s is not None:
             ttft_emu = result.ttft_s * self.clock.fleet.speed
             self.ttfts[key].append((self.clock.now(), ttft_emu))
@@ -132,5 +137,6 @@ class Comparison:
                 "requests_with_first_token": len(ttft),
                 "ttft_p50_s": round(float(np.quantile(ttft, 0.5)), 3) if ttft else None,
                 "ttft_p95_s": round(float(np.quantile(ttft, 0.95)), 3) if ttft else None,
+                "outcomes": dict(self.outcomes.get(f.key, {})),
             }
         return out

@@ -111,6 +111,9 @@ class LoadReport:
         }
 
 
+STOP_POLL_S = 0.25  # how late a `stop` can be noticed while waiting for the next request
+
+
 async def _acquire_unless(sem: asyncio.Semaphore, stop: asyncio.Event) -> None:
     """Acquire ``sem``, or return without it once ``stop`` is set."""
     acquire = asyncio.ensure_future(sem.acquire())
@@ -236,11 +239,14 @@ class LoadGenerator:
                 if scheduled > self.max_duration_s:
                     results[i] = RequestResult(i, scheduled, prompt, output, "not-sent")
                     continue
-                if delay > 0 and not stop.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), delay)
+                while delay > 0 and not stop.is_set():  # short sleeps: no task per request
+                    await asyncio.sleep(min(delay, STOP_POLL_S))
+                    delay = t0 + scheduled - time.monotonic()
                 if not stop.is_set():
-                    await _acquire_unless(sem, stop)
+                    if sem.locked():
+                        await _acquire_unless(sem, stop)
+                    else:
+                        await sem.acquire()  # the common case, without extra futures
                 if stop.is_set() or time.monotonic() - t0 > self.max_duration_s:
                     sem.release()
                     results[i] = RequestResult(i, scheduled, prompt, output, "not-sent")

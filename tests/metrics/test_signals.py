@@ -90,3 +90,17 @@ def test_time_going_backwards_is_rejected() -> None:
     h = observe(None, snap(), 10.0, 60)
     with pytest.raises(ValueError, match="backwards"):
         observe(h, snap(), 5.0, 60)
+
+
+def test_bucket_layout_change_mid_window_counts_new_buckets_from_their_first_sight() -> None:
+    h = observe(None, snap(ttft=(0, 0, 0, 0)), 0.0, 60)
+    h = observe(h, snap(ttft=(0, 10, 10, 10)), 5.0, 60)
+    # The engine restarts with a finer layout (0.25 added): counts start again from zero.
+    finer = EngineSnapshot(
+        "vllm", {}, {}, {"ttft": HistogramData((0.1, 0.25, 0.5, 1.0, INF), (0, 4, 4, 4, 4))}
+    )
+    h = observe(h, finer, 10.0, 60)
+    out = aggregate([h])
+    # Increases: 4 in (0.1, 0.25] (new bucket, from zero) and 10 + 4 in (0.1, 0.5]:
+    # cumulative 0.25 -> 4, 0.5 -> 14; p50 rank 7 lies in (0.25, 0.5].
+    assert out["ttft_p50_s"] == pytest.approx(0.25 + 0.25 * (7 - 4) / 10)

@@ -78,6 +78,9 @@ def main() -> int:
         "GPU-h (keda / oracle) | ours: keda misses / ours, GPU-h <= keda | issue-18 checks |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
+    if only and args.out.exists():  # a partial rerun keeps the other scenarios
+        kept = json.loads(args.out.read_text()).get("scenarios", {})
+        doc["scenarios"] = {k: v for k, v in kept.items() if "row" in v}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for label, trace, _description in scenarios(quick=args.quick):
             if only and label not in only:
@@ -177,13 +180,16 @@ def main() -> int:
                     checks.append(keda_check)
                 checks.append("<= 1.25x oracle" if e["within_1_25x_oracle"] else "> 1.25x oracle")
             cells[6] = "; ".join(checks) or "-"
-            rows.append(f"| {label} | " + " | ".join(cells) + " |")
+            entry["row"] = f"| {label} | " + " | ".join(cells) + " |"
             doc["scenarios"][label] = entry
             print(
                 f"{label}: {json.dumps({k: v for k, v in entry.items() if k != 'frontier'})}",
                 file=sys.stderr,
             )
-    doc["markdown"] = "\n".join(rows)
+    order = [label for label, _, _ in scenarios(quick=args.quick)]
+    done = sorted(doc["scenarios"], key=lambda k: order.index(k) if k in order else len(order))
+    doc["scenarios"] = {k: doc["scenarios"][k] for k in done}
+    doc["markdown"] = "\n".join(rows + [doc["scenarios"][k]["row"] for k in done])
     publish(args.out, doc)
     return 0
 

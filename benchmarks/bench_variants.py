@@ -33,7 +33,8 @@ from autoscaler.sim.simulator import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 # bench_policies' static-peak sizes (initial replicas follow from them)
-STATIC = {"conv x4": 4, "code": 6, "long-context chat": 13}
+STATIC = {"conv x4": 4, "code": 6, "long-context chat": 13, "long-context chat x4": 50}
+DEFAULT_SCENARIOS = ("conv x4", "code", "long-context chat")
 
 
 def _running(policy: Policy, target: float) -> Policy:
@@ -108,26 +109,42 @@ def _one(args: tuple[str, str]) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument(
+        "--scenarios",
+        default=",".join(DEFAULT_SCENARIOS),
+        help=f"comma-separated, from: {', '.join(STATIC)}",
+    )
+    ap.add_argument("--variants", default="", help="comma-separated variant names (default all)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "variants.json")
     args = ap.parse_args()
-    jobs = [(label, v) for v in VARIANTS for label in STATIC]
+    labels = [x.strip() for x in args.scenarios.split(",") if x.strip()]
+    names = [x.strip() for x in args.variants.split(",") if x.strip()] or list(VARIANTS)
+    for x in labels:
+        if x not in STATIC:
+            raise SystemExit(f"--scenarios: value {x!r} must be one of {', '.join(STATIC)}")
+    for x in names:
+        if x not in VARIANTS:
+            raise SystemExit(f"--variants: value {x!r} must be one of {', '.join(VARIANTS)}")
+    jobs = [(label, v) for v in names for label in labels]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         runs = list(pool.map(_one, jobs))
     by = {(r["scenario"], r["variant"]): r for r in runs}
     rows = [
-        "| variant | " + " | ".join(f"{label}: GPU-h / att." for label in STATIC) + " |",
-        "|---|" + "---:|" * len(STATIC),
+        "| variant | " + " | ".join(f"{label}: GPU-h / att." for label in labels) + " |",
+        "|---|" + "---:|" * len(labels),
     ]
-    for v in VARIANTS:
+    for v in names:
         cells = [
             f"{by[(label, v)]['gpu_hours']:.2f} / {by[(label, v)]['slo_attainment']:.4f}"
-            for label in STATIC
+            for label in labels
         ]
         rows.append(f"| {v} | " + " | ".join(cells) + " |")
     publish(
         args.out,
         {
-            "command": "python benchmarks/bench_variants.py",
+            "command": "python benchmarks/bench_variants.py"
+            + (f" --scenarios {args.scenarios!r}" if labels != list(DEFAULT_SCENARIOS) else "")
+            + (f" --variants {args.variants!r}" if args.variants else ""),
             "seed": SEED,
             "runs": runs,
             "markdown": "\n".join(rows),

@@ -91,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="first port (default 0: ephemeral)")
     p.add_argument(
         "--profile",
-        default="8b-h100",
+        default="8b-h100-128k",
         choices=sorted(PROFILES),
-        help="replica model profile (default: 8b-h100)",
+        help="replica model profile (default: 8b-h100-128k, Llama-3.1-8B's 128k context)",
     )
     p.add_argument(
         "--cold-start", type=float, default=0.0, help="emulated seconds before /health (default: 0)"

@@ -44,7 +44,7 @@ class ReplicaConfig:
     """What differs between emulated replicas."""
 
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
-    profile: HardwareProfile | str = "8b-h100"
+    profile: HardwareProfile | str = "8b-h100-128k"  # Llama-3.1's 128k context window
     cold_start_s: float = 0.0  # emulated seconds before /health turns 200
     max_model_len: int | None = None  # None: the profile's (what the simulator enforces)
     naming: Naming = "v1"

@@ -122,7 +122,7 @@ async def test_models_lists_the_served_model(
     async with http.get(rep.url + "/v1/models") as resp:
         out = await resp.json()
     assert [m["id"] for m in out["data"]] == ["my-model"]
-    assert out["data"][0]["max_model_len"] == rep.engine.max_model_len == 8192
+    assert out["data"][0]["max_model_len"] == rep.engine.max_model_len == 131_072
 
 
 async def test_rejects_bad_requests_naming_the_field(
@@ -134,7 +134,7 @@ async def test_rejects_bad_requests_naming_the_field(
         ({"prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
         ({"max_tokens": 3}, 400, "prompt"),
         ({"prompt": "x", "model": "nope"}, 404, "nope"),
-        ({"prompt": "x " * 10, "max_tokens": 40_000}, 400, "maximum context length"),
+        ({"prompt": "x " * 10, "max_tokens": 140_000}, 400, "maximum context length"),
         ({"prompt": "x", "stream": "yes"}, 400, "stream"),
     ]
     for body, status, needle in cases:

@@ -41,6 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.metrics import exposition
 from autoscaler.metrics.engines import read_snapshot
+from autoscaler.metrics.exposition import layout
 
 ROOT = Path(__file__).parents[1]
 PAGE = ROOT / "tests" / "fixtures" / "metrics" / "vllm_v1_0.10.txt"
@@ -90,12 +91,12 @@ def rows(pages: list[str]) -> dict[str, Callable[[], object]]:
         return read_snapshot(nxt(), "vllm")
 
     def walk() -> object:
-        saved = exposition.LAYOUT_MAX_PAGE_BYTES
-        exposition.LAYOUT_MAX_PAGE_BYTES = 0
+        saved = layout.LAYOUT_MAX_PAGE_BYTES
+        layout.LAYOUT_MAX_PAGE_BYTES = 0
         try:
             return read_snapshot(nxt(), "vllm")
         finally:
-            exposition.LAYOUT_MAX_PAGE_BYTES = saved
+            layout.LAYOUT_MAX_PAGE_BYTES = saved
 
     return {
         BASELINE: lambda: list(text_string_to_metric_families(nxt())),

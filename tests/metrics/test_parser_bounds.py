@@ -12,7 +12,7 @@ from aiohttp import web
 from autoscaler.errors import ParseError
 from autoscaler.metrics import exposition
 from autoscaler.metrics.engines import VLLM_FAMILIES, read_snapshot
-from autoscaler.metrics.exposition import cache_bytes, parse_page
+from autoscaler.metrics.exposition import cache_bytes, caches, parse_page
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
 from autoscaler.metrics.source import PodEndpoint
 
@@ -26,7 +26,7 @@ def _hostile(i: int, value_bytes: int) -> str:
     return PAGE + f'vllm:num_requests_waiting{{engine="1",junk="{label}"}} {i}\n'
 
 
-def _accounted(cache: exposition._ByteCache[object, object]) -> int:
+def _accounted(cache: caches._ByteCache[object, object]) -> int:
     return sum(cache.sizes.values())
 
 
@@ -35,9 +35,9 @@ def small_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     """Every byte-bounded cache shrunk to 32 KiB, so a test can overflow them."""
     budget = 32 * 1024
     exposition.clear_caches()
-    for cache in exposition._BYTE_CACHES:
+    for cache in caches._BYTE_CACHES:
         monkeypatch.setattr(cache, "budget_bytes", budget)
-    yield budget * len(exposition._BYTE_CACHES)
+    yield budget * len(caches._BYTE_CACHES)
     exposition.clear_caches()
 
 
@@ -49,14 +49,14 @@ def test_new_4mb_label_value_every_scrape_never_enters_the_caches() -> None:
         snapshot = read_snapshot(_hostile(i, 4 * 1024 * 1024), "vllm")
         assert snapshot.gauges["waiting"] == waiting + i  # the hostile series is still read
     assert cache_bytes() <= baseline + 8 * exposition.CACHE_ENTRY_MAX_BYTES
-    assert max(len(key) for c in exposition._BYTE_CACHES for key in c) < 4096
+    assert max(len(key) for c in caches._BYTE_CACHES for key in c) < 4096
 
 
 def test_caches_stay_within_their_byte_budget_over_many_hostile_pages(small_budget: int) -> None:
     for i in range(300):  # new small label values: each one fits the per-entry cap
         read_snapshot(_hostile(i, 200), "vllm")
         assert cache_bytes() <= small_budget
-    for cache in exposition._BYTE_CACHES:
+    for cache in caches._BYTE_CACHES:
         assert cache.used_bytes <= cache.budget_bytes
         assert cache.used_bytes == _accounted(cache)  # accounting matches what is held
         assert set(cache.sizes) == set(cache)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from autoscaler.errors import ParseError
 from autoscaler.metrics import exposition
 from autoscaler.metrics.engines import VLLM_FAMILIES, read_snapshot
-from autoscaler.metrics.exposition import merge_histogram, parse_page
+from autoscaler.metrics.exposition import caches, layout, merge_histogram, parse_page
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
 _VALUE = re.compile(r"(?m)^([^#\n][^\n]*) (\S+)$")
@@ -45,21 +45,21 @@ def _assert_reads_as_strict(text: str, wanted: list[str]) -> None:
 
 
 def _layouts_used() -> int:
-    return len(exposition._LAYOUTS)
+    return len(caches._LAYOUTS)
 
 
 @pytest.fixture
 def layout_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Records each layout read: True when it returned the page, False on a fallback."""
     calls: list[bool] = []
-    original = exposition._Layout.read
+    original = layout._Layout.read
 
-    def read(self: exposition._Layout, lines: list[str]) -> exposition.Page | None:
+    def read(self: layout._Layout, lines: list[str]) -> exposition.Page | None:
         page = original(self, lines)
         calls.append(page is not None)
         return page
 
-    monkeypatch.setattr(exposition._Layout, "read", read)
+    monkeypatch.setattr(layout._Layout, "read", read)
     return calls
 
 
@@ -164,6 +164,6 @@ def test_pods_whose_label_values_differ_only_in_digits_each_get_a_layout(
         for pod in pods:
             text = _revalue(pod, [f"{k}.0", f"{k + 1}.5"])
             _assert_reads_as_strict(text, list(VLLM_FAMILIES))
-    assert len(exposition._LAYOUTS) == 2
+    assert len(caches._LAYOUTS) == 2
     # the last round: pod 1 tries pod 2's layout (built first) then its own; pod 2 its own
     assert layout_reads[-3:] == [False, True, True]

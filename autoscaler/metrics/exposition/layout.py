@@ -1,0 +1,269 @@
+"""Layouts: a live pod's next page read by its previous page's layout, by line index with
+C loops only; any difference falls back to the walk (`scan`).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from itertools import repeat
+from typing import TypeVar
+
+from autoscaler.errors import ParseError
+from autoscaler.metrics.exposition.caches import _LAYOUTS, _PLANS, _SKELETONS, _size
+from autoscaler.metrics.exposition.model import (
+    _FIRST_CHARS,
+    _LEADING_BLANKS,
+    Family,
+    HistogramData,
+    Page,
+    Sample,
+    _Labels,
+)
+from autoscaler.metrics.exposition.scan import _parse_walk, _plan
+from autoscaler.metrics.exposition.tokens import _bucket_info, _parse_labels
+
+# Pages up to this size are read through a remembered layout (see `_parse_fast`); larger
+# ones always take the walk, so no single C call on them holds the GIL for long.
+LAYOUT_MAX_PAGE_BYTES = 1024 * 1024
+LAYOUTS_PER_SKELETON = 8
+
+_T = TypeVar("_T")
+
+
+# --- layouts: a live pod's next page, read by its previous page's layout ---------------
+# A pod's pages differ from scrape to scrape in their values only. The skeleton of a page
+# (its bytes without digits, '.', '+', '-' and 'e') is the same on both pages then, and
+# so is every line's skeleton (newlines are kept): a line that could belong to a wanted
+# family (its skeleton starts with a wanted name's skeleton, or for a comment contains
+# one) was such a line on the page the layout was built from. Those lines are compared
+# exactly (sample lines by their text before the value, comments whole, the page from a
+# line holding "EOF" on whole); their values are parsed as the walk parses them. Any
+# difference, an odd value or a changed skeleton -> the walk reads the page.
+_SKELETON_DELETE = b"0123456789.+-e"
+
+
+_cut: Callable[[str, slice], str] = operator.getitem
+
+
+def _picker(indexes: list[int]) -> Callable[[list[_T]], tuple[_T, ...]]:
+    """The items at ``indexes`` as a tuple (`operator.itemgetter` for two or more)."""
+    if len(indexes) >= 2:
+        return operator.itemgetter(*indexes)
+    if len(indexes) == 1:
+        only = indexes[0]
+        return lambda items: (items[only],)
+    return lambda items: ()
+
+
+class _LaidOut(tuple[Sample, ...]):
+    """A family's samples read through a layout, with their values and the layout's
+    `merge_histogram` memo (the same series in the same order on every page)."""
+
+    values: list[float]
+    memo: list[_Merge | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Merge:
+    """`merge_histogram` of one layout's family as index arithmetic on its values."""
+
+    bounds: tuple[float, ...]
+    buckets: Callable[[list[float]], tuple[float, ...]] | None  # one series: values by bound
+    per_bound: tuple[tuple[int, ...], ...]  # several series: indexes summed per bound
+    count: tuple[int, ...]
+    sum: tuple[int, ...]
+
+    def apply(self, values: list[float]) -> HistogramData:
+        if self.buckets is not None:
+            counts = self.buckets(values)
+        else:
+            counts = tuple([_add(values, indexes) for indexes in self.per_bound])
+        count = _add(values, self.count) if self.count else None
+        total = _add(values, self.sum) if self.sum else None
+        return HistogramData(self.bounds, counts, count, total)
+
+    @staticmethod
+    def of(family: Family, merged: HistogramData) -> _Merge:
+        per_le: dict[float, list[int]] = {}
+        count: list[int] = []
+        total: list[int] = []
+        for i, (name, labels, _value, _ts) in enumerate(family.samples):
+            if name == family.name + "_bucket":
+                le = labels.bucket[0] if isinstance(labels, _Labels) and labels.bucket else None
+                per_le.setdefault(
+                    _bucket_info(labels, family.name)[0] if le is None else le, []
+                ).append(i)
+            elif name == family.name + "_count":
+                count.append(i)
+            elif name == family.name + "_sum":
+                total.append(i)
+        per_bound = tuple(tuple(per_le[b]) for b in merged.bounds)
+        single = all(len(indexes) == 1 for indexes in per_bound)
+        buckets = _picker([indexes[0] for indexes in per_bound]) if single else None
+        return _Merge(merged.bounds, buckets, per_bound, tuple(count), tuple(total))
+
+
+def _add(values: list[float], indexes: tuple[int, ...]) -> float:
+    """``values`` at ``indexes`` added in page order from 0.0, as `merge_histogram` adds."""
+    total = 0.0
+    for i in indexes:
+        total += values[i]
+    return total
+
+
+# (name, type, help, first line, sample names, sample label sets, merge memo)
+_LaidFamily = tuple[
+    str, str, str | None, int, tuple[str, ...], tuple[Mapping[str, str], ...], list[_Merge | None]
+]
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """Where a page's wanted lines are and what they must say, by line index."""
+
+    skeleton_bytes: int
+    split: int  # `str.split` maxsplit: 1 + the index of the last line compared
+    pick: Callable[[list[str]], tuple[str, ...]]  # wanted samples (by family), then others
+    heads: tuple[str, ...]  # the text up to the value of each picked line (with its blank)
+    cuts: tuple[slice, ...]  # where the value starts, in each of the first n picked lines
+    n_values: int  # the first n picked lines are wanted samples
+    exact: Callable[[list[str]], tuple[str, ...]]  # lines compared whole
+    exact_lines: tuple[str, ...]
+    families: tuple[_LaidFamily, ...]
+    openmetrics: bool
+    size_bytes: int
+
+    def read(self, lines: list[str]) -> Page | None:
+        """The wanted families of a page split in ``lines`` (at least ``split`` of them, or
+        all), or None when a line differs from the layout."""
+        if len(lines) < self.split or self.exact(lines) != self.exact_lines:
+            return None
+        picked = self.pick(lines)  # below, C loops only: no Python code per line
+        if not all(map(str.startswith, picked, self.heads)):
+            return None
+        texts: list[str] = list(map(_cut, picked, self.cuts))
+        joined = "".join(texts)
+        if "_" in joined or " " in joined:  # a separator, a timestamp or an exemplar
+            return None
+        try:
+            values = list(map(float, texts))
+        except ValueError:
+            return None
+        new = tuple.__new__
+        families: dict[str, Family] = {}
+        at = 0
+        for name, kind, help_text, line, names, labels, memo in self.families:
+            end = at + len(names)
+            mine = values[at:end]
+            rows = map(new, repeat(Sample), zip(names, labels, mine, repeat(None)))
+            if kind == "histogram":  # what `merge_histogram` can replay
+                samples = _LaidOut(rows)
+                samples.values = mine
+                samples.memo = memo
+                families[name] = new(Family, (name, kind, samples, line, help_text))
+            else:
+                families[name] = new(Family, (name, kind, tuple(rows), line, help_text))
+            at = end
+        return Page(families, self.openmetrics)
+
+    @staticmethod
+    def build(text: str, skeleton: bytes, wanted: frozenset[str], page: Page) -> _Layout | None:
+        """The layout of ``text`` (already read by the walk as ``page``), if it has one."""
+        lines = text.split("\n")
+        skeletons = skeleton.split(b"\n")
+        if len(skeletons) != len(lines):  # pragma: no cover - newlines are never deleted
+            return None
+        bases = (_PLANS.get(wanted) or _plan(wanted))[1]
+        prefixes = tuple(n.encode().translate(None, _SKELETON_DELETE) for n in (*wanted, *bases))
+        eof_at = next((i for i, sk in enumerate(skeletons) if b"EOF" in sk), len(lines))
+        owner = {s.name: f.name for f in page.families.values() for s in f.samples}
+        mine: dict[str, list[int]] = {name: [] for name in page.families}
+        others: list[int] = []
+        exact: list[int] = list(range(eof_at, len(lines)))
+        for i, sk in enumerate(skeletons):  # lines from eof_at on are compared whole too
+            if sk[:1] == b"#":
+                if i < eof_at and any(prefix in sk for prefix in prefixes):
+                    exact.append(i)
+            elif sk.startswith(prefixes):
+                head = lines[i].rpartition(" ")[0]
+                owned_by = owner.get(head.partition("{")[0])
+                (others if owned_by is None else mine[owned_by]).append(i)
+        families: list[_LaidFamily] = []
+        for name, family in page.families.items():
+            if len(mine[name]) != len(family.samples):
+                return None
+            for i, sample in zip(mine[name], family.samples, strict=True):
+                if not _reads_as(lines[i], sample):
+                    return None
+            names = tuple(s.name for s in family.samples)
+            labels = tuple(s.labels for s in family.samples)
+            families.append((name, family.type, family.help, family.line, names, labels, [None]))
+        picked = [i for name in page.families for i in mine[name]] + others
+        exact.sort()
+        heads = tuple(lines[i].rpartition(" ")[0] + " " for i in picked)
+        exact_lines = tuple(lines[i] for i in exact)
+        frozen = tuple(families)
+        return _Layout(
+            skeleton_bytes=len(skeleton),
+            split=max([*picked, *exact, 0]) + 1,
+            pick=_picker(picked),
+            heads=heads,
+            cuts=tuple(slice(len(head), None) for head in heads[: len(picked) - len(others)]),
+            n_values=len(picked) - len(others),
+            exact=_picker(exact),
+            exact_lines=exact_lines,
+            families=frozen,
+            openmetrics=page.openmetrics,
+            size_bytes=_size(heads, exact_lines, frozen) + 80 * len(picked) + 512,
+        )
+
+
+def _reads_as(line: str, sample: Sample) -> bool:
+    """Whether ``line`` is exactly ``name{labels} value`` of ``sample`` (no timestamp)."""
+    head, _, value_text = line.rpartition(" ")
+    if sample.timestamp is not None or "_" in value_text or not head.startswith(sample.name):
+        return False
+    try:
+        value = float(value_text)
+        labels, tail = _parse_labels(head[len(sample.name) :], 0)
+    except (ValueError, ParseError):
+        return False
+    same = value == sample.value or (math.isnan(value) and math.isnan(sample.value))
+    return same and not tail and dict(labels) == dict(sample.labels)
+
+
+def _parse_fast(text: str, wanted: frozenset[str], max_lines: int) -> Page:
+    lead = _LEADING_BLANKS.match(text).end()  # type: ignore[union-attr]  # always matches
+    if lead < len(text) and text[lead] not in _FIRST_CHARS:
+        line = text.count("\n", 0, lead) + 1
+        raise ParseError(f"not an exposition page: starts with {text[lead : lead + 20]!r}", line)
+    if "\r" in text:
+        return _parse_walk(text.replace("\r\n", "\n"), wanted, max_lines)
+    if len(text) > LAYOUT_MAX_PAGE_BYTES:
+        return _parse_walk(text, wanted, max_lines)
+    skeleton = text.encode().translate(None, _SKELETON_DELETE)
+    key = (wanted, hash(skeleton))
+    lines: list[str] = []
+    split = -1
+    n = 0  # layouts of this skeleton: pods whose label values differ only in digits
+    while (layout := _LAYOUTS.get((*key, n))) is not None:
+        if layout.skeleton_bytes == len(skeleton):
+            if layout.split > split:
+                split = layout.split
+                lines = text.split("\n", split)
+            page = layout.read(lines)
+            if page is not None:
+                return page
+        n += 1
+    page = _parse_walk(text, wanted, max_lines)
+    if n or key in _SKELETONS:  # the second page with this skeleton: worth remembering
+        if n < LAYOUTS_PER_SKELETON:
+            built = _Layout.build(text, skeleton, wanted, page)
+            if built is not None:
+                _LAYOUTS.put_sized((*key, n), built, built.size_bytes)
+    else:
+        _SKELETONS.put_sized(key, True, 200)
+    return page

@@ -25,6 +25,7 @@ from autoscaler.control.ports import AlwaysLeader, LeaderPort, SignalPort
 from autoscaler.control.signals import SourceSignals
 from autoscaler.control.state import ControllerState
 from autoscaler.control.tasks import TaskGroup
+from autoscaler.domain import TargetRef
 from autoscaler.errors import AutoscalerError
 from autoscaler.keda.server import GrpcServerHandle, GrpcTls, serve_grpc
 from autoscaler.kube.cache import ClusterCache
@@ -35,7 +36,7 @@ from autoscaler.kube.leader import LeaderElector, LeaseConfig
 from autoscaler.kube.warmpool import WarmPoolManager
 from autoscaler.logging import get_logger
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
-from autoscaler.metrics.prometheus import PrometheusSource
+from autoscaler.metrics.prometheus import PrometheusSource, WorkloadPods
 from autoscaler.settings import Settings
 from autoscaler.store.base import PolicyStore
 from autoscaler.store.crd import CrdPolicyStore
@@ -86,12 +87,13 @@ class Controller:
         if s.prometheus_url:
             state = self.state
 
-            def selector(key: str) -> str:
-                for ref, st in state.targets.items():
-                    if str(ref) == key:
-                        name = st.spec.scale_target_ref.name
-                        return f'namespace="{ref.namespace}",pod=~"{name}-.*"'
-                return 'namespace="",pod=""'
+            def selector(key: str) -> str | WorkloadPods:
+                # O(1): the batch asks for every target's selector each tick
+                namespace, _, name = key.partition("/")
+                st = state.targets.get(TargetRef(namespace, name))
+                if st is None:
+                    return 'namespace="",pod=""'
+                return WorkloadPods(namespace, st.spec.scale_target_ref.name)
 
             return SourceSignals(PrometheusSource(s.prometheus_url, selector))
         return SourceSignals(

@@ -9,6 +9,17 @@ template is replaced by the target's label selector (e.g. ``namespace="llm",pod=
 and a query without ``$selector`` is sent as written, so queries copied from a KEDA
 ScaledObject work unchanged, e.g. ``sum(vllm:num_requests_waiting{deployment="x"})``.
 
+Fleets: a target given as `WorkloadPods` (namespace + workload name, as the controller
+gives them) is read in a batch with the tick's other such targets, one query per signal
+per tick for all of them: a template with ``$by`` (every default one) is sent once,
+selecting the batch's pods and aggregating ``by (namespace, llm_target)``, where
+``llm_target`` is the workload name taken from the pod name by ``label_replace``; the
+answer is split back per target (see `render_grouped`, `PrometheusSource`). Quantiles
+are still computed per target (``histogram_quantile`` over ``sum by (namespace,
+llm_target, le)``), so a target reads exactly what its own query would read. A target
+without series reads missing data; a failed grouped query is an error (unread) for every
+target it covered. Templates without ``$by`` are sent per target, as written.
+
 An empty result or NaN leaves the signal absent (missing data, never 0); a failed query
 is reported in ``errors``; an answer out of range (``+Inf``, a negative count) is dropped,
 counted in ``rejected`` and makes the target unread this tick (``pods_read`` 0).
@@ -21,8 +32,8 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import aiohttp
@@ -34,32 +45,78 @@ from autoscaler.metrics.source import PodEndpoint, TargetReading
 
 
 def _quantile(q: float, family: str, window: str = "1m") -> str:
-    return f"histogram_quantile({q}, sum by (le) (rate({family}_bucket{{$selector}}[{window}])))"
+    rate = f"rate({family}_bucket{{$selector}}[{window}])"
+    return f"histogram_quantile({q}, sum by ($by le) ($({rate}$)))"
 
 
-_KV: Final = "(vllm:kv_cache_usage_perc{$selector} or vllm:gpu_cache_usage_perc{$selector})"
+def _rate(family: str) -> str:
+    return f"sum by ($by) ($(rate({family}{{$selector}}[1m])$))"
+
+
+_KV: Final = "vllm:kv_cache_usage_perc{$selector} or vllm:gpu_cache_usage_perc{$selector}"
+# ``$by``, ``$(`` and ``$)`` make a template groupable (see `render`): per target they
+# vanish (``sum by () (x)`` is ``sum(x)``); for a batch of `WorkloadPods` they group by
+# namespace and workload, so one query answers every target.
 VLLM_QUERIES: Final[Mapping[str, str]] = {
-    "waiting": "sum(vllm:num_requests_waiting{$selector})",
-    "running": "sum(vllm:num_requests_running{$selector})",
+    "waiting": "sum by ($by) ($(vllm:num_requests_waiting{$selector}$))",
+    "running": "sum by ($by) ($(vllm:num_requests_running{$selector}$))",
     # `or` keeps the new name where both exist (same labels): never double counted.
-    "kv_cache_usage": f"avg({_KV})",
-    "kv_cache_usage_max": f"max({_KV})",
+    "kv_cache_usage": f"avg by ($by) ($({_KV}$))",
+    "kv_cache_usage_max": f"max by ($by) ($({_KV}$))",
     "ttft_p50_s": _quantile(0.5, "vllm:time_to_first_token_seconds"),
     "ttft_p95_s": _quantile(0.95, "vllm:time_to_first_token_seconds"),
     "ttft_p99_s": _quantile(0.99, "vllm:time_to_first_token_seconds"),
     "itl_p95_s": _quantile(0.95, "vllm:inter_token_latency_seconds")
     + " or "
     + _quantile(0.95, "vllm:time_per_output_token_seconds"),
-    "arrival_rate_per_s": "sum(rate(vllm:time_to_first_token_seconds_count{$selector}[1m]))",
-    "prompt_tokens_per_s": "sum(rate(vllm:prompt_tokens_total{$selector}[1m]))",
-    "generation_tokens_per_s": "sum(rate(vllm:generation_tokens_total{$selector}[1m]))",
-    "preemptions_per_s": "sum(rate(vllm:num_preemptions_total{$selector}[1m]))",
+    "arrival_rate_per_s": _rate("vllm:time_to_first_token_seconds_count"),
+    "prompt_tokens_per_s": _rate("vllm:prompt_tokens_total"),
+    "generation_tokens_per_s": _rate("vllm:generation_tokens_total"),
+    "preemptions_per_s": _rate("vllm:num_preemptions_total"),
 }
+TARGET_LABEL: Final = "llm_target"  # added by the grouped queries (label_replace)
+
+
+def _regex_literal(name: str) -> str:
+    """A Kubernetes name as an RE2 literal inside a PromQL string (only ``.`` is special)."""
+    return name.replace(".", "\\\\.")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadPods:
+    """A target = the pods named ``<name>-...`` in ``namespace`` (how Deployments and
+    StatefulSets name pods). Targets given this way are read together: one query per
+    signal per tick for all of them (`PrometheusSource`)."""
+
+    namespace: str
+    name: str
+
+    def selector(self) -> str:
+        return f'namespace="{self.namespace}",pod=~"{_regex_literal(self.name)}-.*"'
+
+
+def groupable(template: str) -> bool:
+    return "$by" in template
 
 
 def render(template: str, selector: str) -> str:
-    """Substitute ``$selector`` (PromQL braces make `str.format` unusable)."""
-    return template.replace("$selector", selector)
+    """One target's query: substitute ``$selector`` (PromQL braces make `str.format`
+    unusable); the grouping placeholders vanish."""
+    out = template.replace("$selector", selector).replace("$by", "")
+    return out.replace("$(", "(").replace("$)", ")")
+
+
+def render_grouped(template: str, targets: Sequence[WorkloadPods]) -> str:
+    """One query for all ``targets``: series are selected by namespace and pod-name
+    prefix, labelled ``llm_target=<workload>`` (longest name first, so ``vllm-big-x``
+    goes to ``vllm-big``, not ``vllm``) and aggregated by (namespace, llm_target)."""
+    namespaces = "|".join(sorted({t.namespace for t in targets}))
+    names = sorted({_regex_literal(t.name) for t in targets}, key=lambda n: (-len(n), n))
+    pods = f"({'|'.join(names)})-.*"
+    selector = f'namespace=~"{namespaces}",pod=~"{pods}"'
+    out = template.replace("$selector", selector).replace("$by", f"namespace,{TARGET_LABEL},")
+    relabel = f',"{TARGET_LABEL}","$1","pod","{pods}")'
+    return out.replace("$(", "label_replace(").replace("$)", relabel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,33 +147,98 @@ def _value(signal: str, doc: Any) -> _Answer:
     return _Answer(signal, None if math.isnan(values[0]) else values[0])
 
 
+def _grouped_values(
+    signal: str, doc: Any, keys: Mapping[tuple[str, str], list[str]]
+) -> dict[str, _Answer]:
+    """Demultiplex a grouped answer to target keys: one series per (namespace,
+    llm_target); a target without a series is missing data (an answer with no value)."""
+    data = doc.get("data") if isinstance(doc, dict) else None
+    result = data.get("result") if isinstance(data, dict) else None
+    if (
+        not isinstance(data, dict)
+        or data.get("resultType") != "vector"
+        or not isinstance(result, list)
+    ):
+        err = f"{signal}: unexpected answer {doc!r:.120}"
+        return {k: _Answer(signal, error=err) for ks in keys.values() for k in ks}
+    out = {k: _Answer(signal) for ks in keys.values() for k in ks}
+    seen: set[tuple[str, str]] = set()
+    for series in result:
+        try:
+            labels = series["metric"]
+            group = (labels.get("namespace", ""), labels.get(TARGET_LABEL, ""))
+            value = float(series["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            err = f"{signal}: unexpected series {series!r:.120}"
+            return {k: _Answer(signal, error=err) for ks in keys.values() for k in ks}
+        for k in keys.get(group, ()):
+            if group in seen:
+                out[k] = _Answer(signal, error=f"{signal}: several series for {group}")
+            else:
+                out[k] = _Answer(signal, None if math.isnan(value) else value)
+        seen.add(group)
+    return out
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One tick's grouped answers (target key -> signal -> answer). ``open`` until the
+    fetch starts: reads arriving in the same event-loop turn join it."""
+
+    t: float
+    targets: dict[str, WorkloadPods]
+    consumed: set[str] = field(default_factory=set)
+    open: bool = True
+    task: asyncio.Task[dict[str, dict[str, _Answer]]] | None = None
+
+
 class PrometheusSource:
-    """`MetricSource` backed by PromQL; ``selectors`` maps target key -> label selector.
-    Create and use it inside a running event loop (the session is made on first use)."""
+    """`MetricSource` backed by PromQL; ``selectors`` maps target key -> label selector
+    (a string, queries one target at a time) or `WorkloadPods` (read in batches).
+    Create and use it inside a running event loop (the session is made on first use).
+
+    Batching: the first read of a tick by a `WorkloadPods` target fetches the groupable
+    signals (templates with ``$by``) for every `WorkloadPods` target read before, one
+    query per signal; the other targets' reads that tick take their answers from that
+    batch. A key reads a batch once: its next read (next tick), or a batch older than
+    ``batch_max_age_s``, starts a new one. A target first seen mid-tick gets a batch of
+    its own. Answers of grouped queries may hold one series per target: their size cap
+    is ``max_answer_bytes`` plus ``grouped_bytes_per_target`` per target in the query.
+    """
 
     def __init__(
         self,
         url: str,
-        selectors: Mapping[str, str] | Callable[[str], str],
+        selectors: Mapping[str, str | WorkloadPods] | Callable[[str], str | WorkloadPods],
         queries: Mapping[str, str] = VLLM_QUERIES,
         *,
         timeout_s: float = 5.0,
         max_concurrency: int = 32,
         max_answer_bytes: int = 1024 * 1024,
+        grouped_bytes_per_target: int = 2048,
+        batch_max_age_s: float = 0.5,
+        eval_time: Callable[[], float] | None = None,
     ) -> None:
         if not timeout_s > 0 or max_concurrency < 1:
             raise ValueError(f"timeout_s={timeout_s} must be > 0, max_concurrency >= 1")
         self.url = url
         self.queries = dict(queries)
+        self._grouped = {s: q for s, q in self.queries.items() if groupable(q)}
         self._selector = selectors if callable(selectors) else selectors.__getitem__
         self._endpoint = yarl.URL(url.rstrip("/") + "/api/v1/query")
         self._timeout_s = timeout_s
         self._max_concurrency = max_concurrency
         self._max_answer_bytes = max_answer_bytes
+        self._grouped_bytes_per_target = grouped_bytes_per_target
+        self._batch_max_age_s = batch_max_age_s
+        self._eval_time = eval_time  # Unix s sent as `time` (pins evaluation: tests)
         # Prometheus is told timeout_s; up to one more second covers the network.
         self._total_s = timeout_s + min(timeout_s, 1.0)
         self._semaphore: asyncio.Semaphore | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._known: dict[str, WorkloadPods] = {}  # keys read as WorkloadPods
+        self._batch: _Batch | None = None
+        self.queries_sent = 0  # PromQL queries posted (tests and benchmarks count them)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -128,12 +250,14 @@ class PrometheusSource:
             )
         return self._session
 
-    async def _post(self, promql: str) -> Any:
+    async def _post(self, promql: str, limit: int) -> Any:
         session = self._client()
         assert self._semaphore is not None
+        self.queries_sent += 1
         form = {"query": promql, "timeout": f"{int(self._timeout_s * 1000)}ms"}
+        if self._eval_time is not None:
+            form["time"] = f"{self._eval_time():.3f}"
         async with self._semaphore, session.post(self._endpoint, data=form) as resp:
-            limit = self._max_answer_bytes
             if resp.content_length is not None and resp.content_length > limit:
                 raise AutoscalerError(f"answer larger than {limit} bytes")
             body = bytearray()
@@ -152,39 +276,125 @@ class PrometheusSource:
                 raise AutoscalerError(f"HTTP {resp.status}: {detail!r:.200}")
             return doc
 
-    async def _one(self, signal: str, promql: str) -> _Answer:
+    async def _fetch(self, signal: str, promql: str, limit: int) -> Any:
+        """The answer document, or an error message (str)."""
         try:
-            doc = await self._post(promql)
+            return await self._post(promql, limit)
         except TimeoutError:
-            return _Answer(signal, error=f"{signal}: timeout after {self._total_s:g}s")
+            return f"{signal}: timeout after {self._total_s:g}s"
         except (aiohttp.ClientError, AutoscalerError, OSError) as exc:
-            return _Answer(signal, error=f"{signal}: {type(exc).__name__}: {exc}")
-        return _value(signal, doc)
+            return f"{signal}: {type(exc).__name__}: {exc}"
+
+    async def _one(self, signal: str, promql: str) -> _Answer:
+        doc = await self._fetch(signal, promql, self._max_answer_bytes)
+        return _Answer(signal, error=doc) if isinstance(doc, str) else _value(signal, doc)
+
+    async def _group(
+        self, signal: str, template: str, targets: Mapping[str, WorkloadPods]
+    ) -> dict[str, _Answer]:
+        keys: dict[tuple[str, str], list[str]] = {}
+        for key, t in targets.items():
+            keys.setdefault((t.namespace, t.name), []).append(key)
+        promql = render_grouped(template, list(targets.values()))
+        limit = self._max_answer_bytes + self._grouped_bytes_per_target * len(targets)
+        doc = await self._fetch(signal, promql, limit)
+        if isinstance(doc, str):  # a failed grouped query: unread for every target in it
+            return {k: _Answer(signal, error=doc) for k in targets}
+        return _grouped_values(signal, doc, keys)
+
+    async def _fetch_batch(self, batch: _Batch) -> dict[str, dict[str, _Answer]]:
+        await asyncio.sleep(0)  # one loop turn: the tick's other reads join the batch
+        batch.open = False
+        targets = batch.targets
+        per_signal = await asyncio.gather(
+            *(self._group(sig, tpl, targets) for sig, tpl in self._grouped.items())
+        )
+        out: dict[str, dict[str, _Answer]] = {k: {} for k in targets}
+        for answers in per_signal:
+            for key, answer in answers.items():
+                out[key][answer.signal] = answer
+        return out
+
+    def _start_batch(self, now: float, targets: dict[str, WorkloadPods]) -> _Batch:
+        batch = _Batch(now, targets)
+        batch.task = asyncio.ensure_future(self._fetch_batch(batch))
+        return batch
+
+    async def _batched(self, key: str, target: WorkloadPods, now: float) -> list[_Answer]:
+        """This tick's grouped answers for ``key`` (see the class docstring)."""
+        self._known[key] = target
+        b = self._batch
+        fresh = b is not None and now - b.t <= self._batch_max_age_s
+        if b is not None and fresh and key not in b.consumed and (key in b.targets or b.open):
+            b.targets[key] = target
+            batch = b
+        elif b is not None and fresh and key not in b.targets:  # new target mid-tick
+            batch = self._start_batch(now, {key: target})
+        else:
+            targets = {}
+            for k in list(self._known):
+                sel = target if k == key else self._selector_or_none(k)
+                if isinstance(sel, WorkloadPods):
+                    targets[k] = self._known[k] = sel
+                else:
+                    del self._known[k]
+            batch = self._batch = self._start_batch(now, targets)
+        batch.consumed.add(key)
+        assert batch.task is not None
+        # shield: one reader cancelled (its reconcile) must not cancel the others' fetch
+        answers = await asyncio.shield(batch.task)
+        return list(answers[key].values())
+
+    def _selector_or_none(self, key: str) -> str | WorkloadPods | None:
+        try:
+            return self._selector(key)
+        except KeyError:
+            return None
 
     async def read(self, key: str, pods: Sequence[PodEndpoint], now: float) -> TargetReading:
-        selector = self._selector(key)
-        results = await asyncio.gather(
-            *(self._one(sig, render(tpl, selector)) for sig, tpl in self.queries.items())
-        )
-        signals, bad = split_valid({a.signal: a.value for a in results if a.value is not None})
-        errors = [a.error for a in results if a.error is not None]
-        answered = len(errors) < len(results)
-        rejected: dict[str, int] = {}
-        for v in bad:
-            errors.append(f"rejected {v}")
-            rejected[v.reason] = rejected.get(v.reason, 0) + 1
-        # An answer out of range means some pod reported one: which pod Prometheus does
-        # not say, so the whole target counts as unread (scale up allowed, never down).
-        return TargetReading(
-            t=now,
-            signals=signals,
-            pods_read=len(pods) if answered and not bad else 0,
-            pods_expected=len(pods),
-            errors=tuple(errors),
-            rejected=rejected,
-        )
+        target = self._selector(key)
+        if isinstance(target, WorkloadPods) and self._grouped:
+            singles = {s: q for s, q in self.queries.items() if s not in self._grouped}
+            batched = [self._batched(key, target, now)]
+        else:
+            singles, batched = self.queries, []
+        selector = target.selector() if isinstance(target, WorkloadPods) else target
+        one = [self._one(sig, render(tpl, selector)) for sig, tpl in singles.items()]
+        parts = await asyncio.gather(self._answers(one), *batched)
+        return _reading(now, pods, [a for part in parts for a in part])
+
+    @staticmethod
+    async def _answers(calls: list[Coroutine[Any, Any, _Answer]]) -> list[_Answer]:
+        return list(await asyncio.gather(*calls))
+
+    def forget(self, key: str) -> None:
+        """Stop batching a deleted target."""
+        self._known.pop(key, None)
 
     async def close(self) -> None:
+        if self._batch is not None and self._batch.task is not None:
+            self._batch.task.cancel()
+            self._batch = None
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _reading(now: float, pods: Sequence[PodEndpoint], results: list[_Answer]) -> TargetReading:
+    signals, bad = split_valid({a.signal: a.value for a in results if a.value is not None})
+    errors = [a.error for a in results if a.error is not None]
+    answered = len(errors) < len(results)
+    rejected: dict[str, int] = {}
+    for v in bad:
+        errors.append(f"rejected {v}")
+        rejected[v.reason] = rejected.get(v.reason, 0) + 1
+    # An answer out of range means some pod reported one: which pod Prometheus does
+    # not say, so the whole target counts as unread (scale up allowed, never down).
+    return TargetReading(
+        t=now,
+        signals=signals,
+        pods_read=len(pods) if answered and not bad else 0,
+        pods_expected=len(pods),
+        errors=tuple(errors),
+        rejected=rejected,
+    )

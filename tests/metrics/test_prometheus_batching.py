@@ -1,0 +1,168 @@
+"""How `PrometheusSource` batches `WorkloadPods` targets within a tick, against a real
+HTTP server answering grouped queries as Prometheus does (same JSON shape)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from autoscaler.metrics.prometheus import (
+    TARGET_LABEL,
+    VLLM_QUERIES,
+    PrometheusSource,
+    WorkloadPods,
+)
+from autoscaler.metrics.source import PodEndpoint, TargetReading
+
+PODS = [PodEndpoint("p", "unused")]
+WAITING = {"a": 0.3, "b": 0.5, "c": 0.7}  # workload -> the value of every signal
+
+
+class FakePrometheus:
+    """Answers a grouped query with one series per workload named in its pod regex,
+    a per-target query with one series; fails queries naming ``fail``."""
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+        self.fail = "never-in-a-query"
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        query = str((await request.post())["query"])
+        self.queries.append(query)
+        if self.fail in query:
+            return web.json_response({"status": "error", "error": "bad"}, status=400)
+        names = re.search(r'pod=~"\(?([^")]*)\)?-\.\*"', query)
+        assert names is not None
+        wanted = [n for n in names.group(1).split("|") if n in WAITING]
+        if TARGET_LABEL in query:
+            labels = [{"namespace": "ns", TARGET_LABEL: n} for n in wanted]
+        else:
+            labels = [{} for _ in wanted]
+        result = [
+            {"metric": lab, "value": [1.0, str(WAITING[n])]}
+            for lab, n in zip(labels, wanted, strict=True)
+        ]
+        return web.json_response(
+            {"status": "success", "data": {"resultType": "vector", "result": result}}
+        )
+
+
+@pytest.fixture
+async def prom() -> AsyncIterator[FakePrometheus]:
+    fake = FakePrometheus()
+    app = web.Application()
+    app.router.add_post("/api/v1/query", fake.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    fake.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    yield fake
+    await runner.cleanup()
+
+
+def _targets(*names: str) -> dict[str, WorkloadPods]:
+    return {f"ns/{n}": WorkloadPods("ns", n) for n in names}
+
+
+async def _tick(source: PrometheusSource, keys: list[str], now: float) -> list[TargetReading]:
+    return list(await asyncio.gather(*(source.read(k, PODS, now) for k in keys)))
+
+
+async def test_reads_spread_over_a_tick_share_one_batch_and_each_tick_fetches_again(
+    prom: FakePrometheus,
+) -> None:
+    source = PrometheusSource(prom.url, _targets("a", "b", "c"))
+    n = len(VLLM_QUERIES)
+    await _tick(source, ["ns/a", "ns/b", "ns/c"], now=0.0)
+    assert len(prom.queries) == n
+    for tick in (1, 2):  # one read after the other, as observes finish apart
+        for i, key in enumerate(["ns/c", "ns/a", "ns/b"]):
+            reading = await source.read(key, PODS, now=tick + 0.1 * i)
+            assert reading.signals["waiting"] == WAITING[key[-1]]
+        assert len(prom.queries) == n * (tick + 1)
+    # a key reads a batch once: its next read is a new tick even within batch_max_age_s
+    await _tick(source, ["ns/a", "ns/b"], now=3.0)
+    await _tick(source, ["ns/a", "ns/b"], now=3.2)
+    assert len(prom.queries) == n * 5
+    await source.close()
+
+
+async def test_failed_grouped_query_leaves_that_signal_unread_for_every_target(
+    prom: FakePrometheus,
+) -> None:
+    prom.fail = "num_requests_running"
+    source = PrometheusSource(prom.url, _targets("a", "b"))
+    for reading in await _tick(source, ["ns/a", "ns/b"], now=0.0):
+        assert "running" not in reading.signals and reading.signals["waiting"] > 0
+        assert [e for e in reading.errors if e.startswith("running: ")] != []
+        assert reading.pods_read == 1  # other signals answered
+    prom.fail = "vllm"  # every query fails: nothing read for any target
+    for reading in await _tick(source, ["ns/a", "ns/b"], now=1.0):
+        assert reading.signals == {} and reading.pods_read == 0
+        assert len(reading.errors) == len(VLLM_QUERIES)
+    await source.close()
+
+
+async def test_target_without_series_reads_missing_not_zero(prom: FakePrometheus) -> None:
+    source = PrometheusSource(prom.url, _targets("a", "gone"))
+    a, gone = await _tick(source, ["ns/a", "ns/gone"], now=0.0)
+    assert a.signals["waiting"] == 0.3
+    assert gone.signals == {} and gone.errors == ()
+    await source.close()
+
+
+async def test_target_first_seen_after_the_batch_started_gets_its_own_then_joins(
+    prom: FakePrometheus,
+) -> None:
+    source = PrometheusSource(prom.url, _targets("a", "b", "c"))
+    n = len(VLLM_QUERIES)
+    await _tick(source, ["ns/a", "ns/b"], now=0.0)
+    late = await source.read("ns/c", PODS, now=0.2)  # the tick's batch already fetched
+    assert late.signals["waiting"] == 0.7 and len(prom.queries) == 2 * n
+    await _tick(source, ["ns/a", "ns/b", "ns/c"], now=1.0)
+    assert len(prom.queries) == 3 * n
+    assert all("(a|b|c)-" in q for q in prom.queries[-n:])
+    await source.close()
+
+
+async def test_forgotten_target_leaves_the_batch(prom: FakePrometheus) -> None:
+    targets: dict[str, WorkloadPods] = _targets("a", "b")
+    source = PrometheusSource(prom.url, targets)
+    await _tick(source, ["ns/a", "ns/b"], now=0.0)
+    del targets["ns/b"]
+    source.forget("ns/b")
+    await _tick(source, ["ns/a"], now=1.0)
+    assert all('pod=~"(a)-' in q for q in prom.queries[-len(VLLM_QUERIES) :])
+    await source.close()
+
+
+async def test_custom_queries_without_grouping_are_sent_once_per_target(
+    prom: FakePrometheus,
+) -> None:
+    queries = {
+        "waiting": VLLM_QUERIES["waiting"],
+        "running": 'sum(vllm:num_requests_running{pod=~"a-.*"})',  # copied from KEDA
+    }
+    source = PrometheusSource(prom.url, _targets("a", "b"), queries)
+    a, b = await _tick(source, ["ns/a", "ns/b"], now=0.0)
+    assert a.signals == {"waiting": 0.3, "running": 0.3}
+    assert b.signals == {"waiting": 0.5, "running": 0.3}  # the custom query, as written
+    assert len(prom.queries) == 1 + 2
+    await source.close()
+
+
+async def test_grouped_answer_over_its_size_cap_is_unread_for_every_target(
+    prom: FakePrometheus,
+) -> None:
+    source = PrometheusSource(
+        prom.url, _targets("a", "b"), max_answer_bytes=64, grouped_bytes_per_target=8
+    )
+    for reading in await _tick(source, ["ns/a", "ns/b"], now=0.0):
+        assert reading.signals == {} and reading.pods_read == 0
+        assert all("larger than 80 bytes" in e for e in reading.errors)
+    await source.close()

@@ -40,6 +40,11 @@ REQUIRED = (
     "dropped",
     "scale_events",
     "max_replicas",
+    # issue 18 (docs/simulator.md, "JSON (stable fields)")
+    "rejected",
+    "slo_misses",
+    "slo_feasible_share",
+    "slo_attainment_feasible",
 )
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import urllib.parse
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -119,6 +120,25 @@ def render_grouped(template: str, targets: Sequence[WorkloadPods]) -> str:
     return out.replace("$(", "label_replace(").replace("$)", relabel)
 
 
+_FORM: Final = {"Content-Type": "application/x-www-form-urlencoded"}
+_SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+
+
+def _quote(text: str) -> str:
+    """`urllib.parse.quote(text, safe="")`, one C-speed `replace` per distinct unsafe
+    character: urllib quotes byte by byte in Python, ~7 ms for a grouped query naming
+    1,000 workloads (20 kB), 12 queries per tick."""
+    out = text.replace("%", "%25")
+    for ch in set(text) - _SAFE - {"%"}:
+        out = out.replace(ch, urllib.parse.quote(ch, safe=""))
+    return out
+
+
+def _form_body(form: Mapping[str, str]) -> bytes:
+    """``application/x-www-form-urlencoded``, as `urllib.parse.urlencode` (quote_via=quote)."""
+    return "&".join(f"{name}={_quote(value)}" for name, value in form.items()).encode()
+
+
 @dataclass(frozen=True, slots=True)
 class _Answer:
     signal: str
@@ -148,7 +168,7 @@ def _value(signal: str, doc: Any) -> _Answer:
 
 
 def _grouped_values(
-    signal: str, doc: Any, keys: Mapping[tuple[str, str], list[str]]
+    signal: str, doc: Any, all_keys: Sequence[str], keys: Mapping[tuple[str, str], list[str]]
 ) -> dict[str, _Answer]:
     """Demultiplex a grouped answer to target keys: one series per (namespace,
     llm_target); a target without a series is missing data (an answer with no value)."""
@@ -160,9 +180,9 @@ def _grouped_values(
         or not isinstance(result, list)
     ):
         err = f"{signal}: unexpected answer {doc!r:.120}"
-        return {k: _Answer(signal, error=err) for ks in keys.values() for k in ks}
-    out = {k: _Answer(signal) for ks in keys.values() for k in ks}
-    seen: set[tuple[str, str]] = set()
+        return dict.fromkeys(all_keys, _Answer(signal, error=err))
+    missing = _Answer(signal)
+    out = dict.fromkeys(all_keys, missing)
     for series in result:
         try:
             labels = series["metric"]
@@ -170,13 +190,15 @@ def _grouped_values(
             value = float(series["value"][1])
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             err = f"{signal}: unexpected series {series!r:.120}"
-            return {k: _Answer(signal, error=err) for ks in keys.values() for k in ks}
-        for k in keys.get(group, ()):
-            if group in seen:
-                out[k] = _Answer(signal, error=f"{signal}: several series for {group}")
-            else:
-                out[k] = _Answer(signal, None if math.isnan(value) else value)
-        seen.add(group)
+            return dict.fromkeys(all_keys, _Answer(signal, error=err))
+        targets = keys.get(group)
+        if targets is None:  # pods of a workload no target reads (same name, other ns)
+            continue
+        answer = _Answer(signal, None if math.isnan(value) else value)
+        if out[targets[0]] is not missing:
+            answer = _Answer(signal, error=f"{signal}: several series for {group}")
+        for k in targets:
+            out[k] = answer
     return out
 
 
@@ -257,7 +279,8 @@ class PrometheusSource:
         form = {"query": promql, "timeout": f"{int(self._timeout_s * 1000)}ms"}
         if self._eval_time is not None:
             form["time"] = f"{self._eval_time():.3f}"
-        async with self._semaphore, session.post(self._endpoint, data=form) as resp:
+        post = session.post(self._endpoint, data=_form_body(form), headers=_FORM)
+        async with self._semaphore, post as resp:
             if resp.content_length is not None and resp.content_length > limit:
                 raise AutoscalerError(f"answer larger than {limit} bytes")
             body = bytearray()
@@ -290,24 +313,29 @@ class PrometheusSource:
         return _Answer(signal, error=doc) if isinstance(doc, str) else _value(signal, doc)
 
     async def _group(
-        self, signal: str, template: str, targets: Mapping[str, WorkloadPods]
+        self,
+        signal: str,
+        template: str,
+        targets: Mapping[str, WorkloadPods],
+        keys: Mapping[tuple[str, str], list[str]],
     ) -> dict[str, _Answer]:
-        keys: dict[tuple[str, str], list[str]] = {}
-        for key, t in targets.items():
-            keys.setdefault((t.namespace, t.name), []).append(key)
         promql = render_grouped(template, list(targets.values()))
         limit = self._max_answer_bytes + self._grouped_bytes_per_target * len(targets)
         doc = await self._fetch(signal, promql, limit)
+        all_keys = list(targets)
         if isinstance(doc, str):  # a failed grouped query: unread for every target in it
-            return {k: _Answer(signal, error=doc) for k in targets}
-        return _grouped_values(signal, doc, keys)
+            return dict.fromkeys(all_keys, _Answer(signal, error=doc))
+        return _grouped_values(signal, doc, all_keys, keys)
 
     async def _fetch_batch(self, batch: _Batch) -> dict[str, dict[str, _Answer]]:
         await asyncio.sleep(0)  # one loop turn: the tick's other reads join the batch
         batch.open = False
         targets = batch.targets
+        keys: dict[tuple[str, str], list[str]] = {}  # (namespace, workload) -> target keys
+        for key, t in targets.items():
+            keys.setdefault((t.namespace, t.name), []).append(key)
         per_signal = await asyncio.gather(
-            *(self._group(sig, tpl, targets) for sig, tpl in self._grouped.items())
+            *(self._group(sig, tpl, targets, keys) for sig, tpl in self._grouped.items())
         )
         out: dict[str, dict[str, _Answer]] = {k: {} for k in targets}
         for answers in per_signal:
@@ -360,6 +388,8 @@ class PrometheusSource:
             singles, batched = self.queries, []
         selector = target.selector() if isinstance(target, WorkloadPods) else target
         one = [self._one(sig, render(tpl, selector)) for sig, tpl in singles.items()]
+        if not one and batched:  # the default queries: no task per read
+            return _reading(now, pods, await batched[0])
         parts = await asyncio.gather(self._answers(one), *batched)
         return _reading(now, pods, [a for part in parts for a in part])
 

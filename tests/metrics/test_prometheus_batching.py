@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import urllib.parse
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,6 +16,7 @@ from autoscaler.metrics.prometheus import (
     VLLM_QUERIES,
     PrometheusSource,
     WorkloadPods,
+    _form_body,
 )
 from autoscaler.metrics.source import PodEndpoint, TargetReading
 
@@ -166,3 +168,10 @@ async def test_grouped_answer_over_its_size_cap_is_unread_for_every_target(
         assert reading.signals == {} and reading.pods_read == 0
         assert all("larger than 80 bytes" in e for e in reading.errors)
     await source.close()
+
+
+@pytest.mark.parametrize("query", ['sum by (a,) (x{pod=~"(a\\\\.b|c)-.*"})', "ü é +&=/ %", ""])
+def test_query_form_is_encoded_as_urllib_does(query: str) -> None:
+    form = {"query": query, "timeout": "5000ms"}
+    expected = urllib.parse.urlencode(form, quote_via=urllib.parse.quote)
+    assert _form_body(form) == expected.encode()

@@ -279,8 +279,11 @@ class PrometheusSource:
         form = {"query": promql, "timeout": f"{int(self._timeout_s * 1000)}ms"}
         if self._eval_time is not None:
             form["time"] = f"{self._eval_time():.3f}"
-        post = session.post(self._endpoint, data=_form_body(form), headers=_FORM)
-        async with self._semaphore, post as resp:
+        request = _form_body(form)
+        async with (
+            self._semaphore,
+            session.post(self._endpoint, data=request, headers=_FORM) as resp,
+        ):
             if resp.content_length is not None and resp.content_length > limit:
                 raise AutoscalerError(f"answer larger than {limit} bytes")
             body = bytearray()

@@ -18,6 +18,7 @@ HERE = Path(__file__).resolve().parent
 ORDER = (
     "bench_parser.py",
     "bench_scrape.py",
+    "bench_prometheus_fleet.py",
     "bench_forecast.py",
     "bench_api.py",
     "bench_policies.py",
@@ -34,6 +35,7 @@ QUICK_FLAG = {
     "bench_policies.py": "--quick",
     "bench_oracle.py": "--quick",
     "bench_warmpool.py": "--quick",
+    "bench_prometheus_fleet.py": "--ticks=2",
 }
 
 

@@ -1,0 +1,42 @@
+"""The controller's Prometheus mode reads its targets in one batch per tick."""
+
+from __future__ import annotations
+
+import asyncio
+
+from autoscaler.control.controller import Controller
+from autoscaler.control.ports import TargetView
+from autoscaler.control.signals import SourceSignals
+from autoscaler.control.state import TargetStatus
+from autoscaler.domain import TargetRef
+from autoscaler.metrics.prometheus import TARGET_LABEL, VLLM_QUERIES
+from autoscaler.policy.schema import load_policy
+from autoscaler.settings import Settings
+from autoscaler.store.base import ScaleTargetRef, TargetSpec
+from tests.metrics.test_prometheus_batching import FakePrometheus, prom  # noqa: F401
+
+POLICY = {"maxReplicaCount": 8, "metrics": [{"signal": "waiting", "target": 10}]}
+
+
+async def test_prometheus_mode_reads_every_target_with_one_query_per_signal(
+    prom: FakePrometheus,  # noqa: F811
+) -> None:
+    ctl = Controller(Settings(prometheus_url=prom.url), api=None, identity="a")
+    specs = []
+    for scaler, workload in (("a-scaler", "a"), ("b-scaler", "b")):
+        ref = TargetRef("ns", scaler)
+        spec = TargetSpec(
+            ref=ref, policy=load_policy(POLICY), scale_target_ref=ScaleTargetRef(name=workload)
+        )
+        ctl.state.targets[ref] = TargetStatus(spec=spec)
+        specs.append(spec)
+    signals = ctl._signals()
+    assert isinstance(signals, SourceSignals)
+    view = TargetView(spec_replicas=1, ready_replicas=1)
+    try:
+        a, b = await asyncio.gather(*(signals.read(s, view, now=0.0) for s in specs))
+    finally:
+        await signals.close()
+    assert (a.signals["waiting"], b.signals["waiting"]) == (0.3, 0.5)  # workloads a, b
+    assert len(prom.queries) == len(VLLM_QUERIES)
+    assert all(TARGET_LABEL in q and '"(a|b)-.*"' in q for q in prom.queries)

@@ -3,10 +3,15 @@ ownership refusal."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from kubernetes_asyncio.client import ApiClient
 
+from autoscaler import __version__
 from autoscaler.errors import ActuationError, ConflictError, OwnershipError
+from autoscaler.kube.config import FIELD_MANAGER, USER_AGENT, KubeClients, load_api_client
 from autoscaler.kube.localapi import LocalKubeAPI
 from autoscaler.kube.retry import RetryPolicy
 from autoscaler.kube.scale import ScaleClient
@@ -194,3 +199,38 @@ async def test_refuses_target_owned_by_keda_scaledobject(
     kapi.create("scaledobjects", so, "keda.sh")
     with pytest.raises(OwnershipError, match="ScaledObject default/llm-so"):
         await ScaleClient(kclient).check_ownership("Deployment", "default", "llm")
+
+
+async def test_every_call_names_the_controller_and_writes_name_its_field_manager(
+    kapi: LocalKubeAPI, tmp_path: Path
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "local", "cluster": {"server": kapi.url}}],
+                "users": [{"name": "me", "user": {"token": "t"}}],
+                "contexts": [{"name": "local", "context": {"cluster": "local", "user": "me"}}],
+                "current-context": "local",
+            }
+        )
+    )
+    kapi.create("deployments", deployment("llm", replicas=1), "apps")
+    api = await load_api_client(str(kubeconfig))
+    clients = KubeClients.split(api)  # the per-role pools must keep the identity too
+    try:
+        for role in (clients.api, clients.watch, clients.lease):
+            sc = ScaleClient(role)
+            info = await sc.get_scale("Deployment", "default", "llm")
+            await sc.set_replicas("Deployment", "default", "llm", 2, info.resource_version)
+    finally:
+        await clients.close()
+        await api.close()
+    assert len(kapi.calls) == 6
+    assert {c.user_agent for c in kapi.calls} == {USER_AGENT} == {f"llm-autoscaler/{__version__}"}
+    writes = [c for c in kapi.calls if c.verb == "patch"]
+    assert len(writes) == 3
+    assert {c.field_manager for c in writes} == {FIELD_MANAGER} == {"llm-autoscaler"}
+    assert {c.field_manager for c in kapi.calls if c.verb == "get"} == {None}

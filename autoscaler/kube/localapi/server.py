@@ -92,6 +92,8 @@ class ApiCall:
     namespace: str | None
     name: str | None
     status: int
+    user_agent: str = ""
+    field_manager: str | None = None  # the ``fieldManager`` query parameter, if any
 
 
 @dataclass
@@ -364,6 +366,7 @@ class LocalKubeAPI:
         if method == "GET":
             verb = "watch" if watch else ("get" if name else "list")
         resource = f"{rt.plural}/{sub}" if sub else rt.plural
+        who = (request.headers.get("User-Agent", ""), request.query.get("fieldManager"))
         fault = next((f for f in self.faults if f.matches(method, path)), None)
         if fault is not None:
             fault.times -= 1
@@ -378,7 +381,7 @@ class LocalKubeAPI:
                     f"injected fault {fault.status}",
                 )
             if watch:
-                self.calls.append(ApiCall(verb, rt.group, resource, ns, name, 200))
+                self.calls.append(ApiCall(verb, rt.group, resource, ns, name, 200, *who))
                 return await self._watch(request, rt, ns)
             body, status = await self._dispatch(request, rt, ns, name, sub)
             if fault is not None and fault.status is not None:
@@ -387,10 +390,10 @@ class LocalKubeAPI:
                     _FAULT_REASONS.get(fault.status, "InternalError"),
                     f"injected fault {fault.status} (after the write was applied)",
                 )
-            self.calls.append(ApiCall(verb, rt.group, resource, ns, name, status))
+            self.calls.append(ApiCall(verb, rt.group, resource, ns, name, status, *who))
             return web.json_response(body, status=status)
         except ApiError as err:
-            self.calls.append(ApiCall(verb, rt.group, resource, ns, name, err.code))
+            self.calls.append(ApiCall(verb, rt.group, resource, ns, name, err.code, *who))
             headers = {}
             if fault is not None and fault.retry_after_s is not None:
                 headers["Retry-After"] = str(fault.retry_after_s)

@@ -32,21 +32,26 @@ async def test_graceful_stop_finishes_in_flight_and_refuses_new(
     fleet: EmulatorFleet, http: aiohttp.ClientSession
 ) -> None:
     rep = await fleet.start_replica("a")
-    body = {"prompt": "w " * 10, "max_tokens": 60}  # ~0.4 s of decoding
+    body = {"prompt": "w " * 10, "max_tokens": 600}  # ~4 s of decoding: still running below
     in_flight = asyncio.create_task(http.post(rep.url + "/v1/completions", json=body))
-    for _ in range(200):
+    # Bounded by count, not by a wall-clock budget: a loaded machine only makes it slower.
+    for _ in range(2000):
         if rep.engine.in_flight:
             break
         await asyncio.sleep(0.005)
+    assert rep.engine.in_flight, "the first request never reached the engine"
     stopping = asyncio.create_task(fleet.stop_replica("a", drain=True))
-    await asyncio.sleep(0.02)
+    for _ in range(2000):
+        if rep.draining:
+            break
+        await asyncio.sleep(0.005)
     async with http.get(rep.url + "/health") as resp:
         assert resp.status == 503  # draining: out of the Service
     async with http.post(rep.url + "/v1/completions", json=body) as resp:
         assert resp.status == 503
     resp = await in_flight
     out = await resp.json()
-    assert resp.status == 200 and out["usage"]["completion_tokens"] == 60
+    assert resp.status == 200 and out["usage"]["completion_tokens"] == 600
     await stopping
     assert "a" not in fleet.replicas
     with pytest.raises(aiohttp.ClientConnectionError):

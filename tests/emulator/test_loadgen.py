@@ -53,9 +53,10 @@ async def test_every_request_completes_or_is_counted_failed(fleet: EmulatorFleet
 async def test_least_outstanding_avoids_the_busy_replica(fleet: EmulatorFleet) -> None:
     a = await fleet.start_replica("a")
     b = await fleet.start_replica("b")
-    # Request 0 is long; the short ones after it should all go to the other replica
-    # while it runs.
-    trace = from_arrays("t", [0.0, 0.05, 0.1, 0.15, 0.2, 0.25], [10] * 6, [150, 5, 5, 5, 5, 5])
+    # Request 0 is long (~5 s of decoding); the short ones after it should all go to the
+    # other replica while it runs. They are 0.5 s apart so each has ended before the next
+    # is sent even on a loaded machine (else 1:1 ties rotate, by design).
+    trace = from_arrays("t", [0.0, 0.5, 1.0, 1.5, 2.0, 2.5], [10] * 6, [800, 5, 5, 5, 5, 5])
     gen = LoadGenerator([a.url, b.url], balance="least-outstanding", stream=False)
     report = await gen.run(trace)
     assert_conserved(report, 6)

@@ -107,6 +107,7 @@ def test_overlay_renders_base_prometheus_and_its_mode(overlay: str) -> None:
     expected = {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole"}
     expected |= {"ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service"}
     expected |= {"PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "ConfigMap"}
+    expected |= {"NetworkPolicy"}
     assert expected <= kinds
     config = _one(objs, "ConfigMap", "llm-autoscaler-config", "llm-autoscaler")
     assert config["data"]["AUTOSCALER_MODE"] == overlay

@@ -161,7 +161,7 @@ async def measure(
     url: str, targets: int, pods: int, stats: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     from autoscaler.api.metrics import ControllerMetrics
-    from autoscaler.control.controller import Controller
+    from autoscaler.app import Controller
     from autoscaler.domain import Decision, TargetRef
     from autoscaler.kube.config import api_client_for
     from autoscaler.settings import GrpcSettings, HttpSettings, Settings

@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from autoscaler.control.controller import Controller
+    from autoscaler.app import Controller
     from autoscaler.kube.config import load_api_client
 
     overrides: dict[str, object] = {}

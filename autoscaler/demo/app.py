@@ -21,10 +21,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from autoscaler.api.app import create_app
+from fastapi import APIRouter
+
 from autoscaler.api.metrics import ControllerMetrics
 from autoscaler.api.security import ApiSettings
 from autoscaler.api.server import PortInUse, check_port_free, serve_http
+from autoscaler.app import http_app
 from autoscaler.control.adapters import KubeCluster, PlannerAdapter
 from autoscaler.control.loop import ControlLoop
 from autoscaler.control.signals import SourceSignals
@@ -146,14 +148,14 @@ async def _serve_grpc(state: ControllerState, opts: DemoOptions) -> Any:
     return await serve_grpc(state, opts.http_host, opts.grpc_port)
 
 
-def _mount_dashboard(app: Any, state: ControllerState, comparison: Comparison) -> None:
+def _dashboard(state: ControllerState, comparison: Comparison) -> APIRouter:
     from autoscaler.api.dashboard import dashboard_router
 
     note = (
         "t and chart times: emulated seconds (the demo runs faster than real time; its "
         "policy windows and cold starts are real-world values); 'updated': your wall clock"
     )
-    app.include_router(dashboard_router(state, comparison=comparison.feed, clock_note=note))
+    return dashboard_router(state, comparison=comparison.feed, clock_note=note)
 
 
 def _banner(url: str, grpc: str, opts: DemoOptions, token: str, generated: bool) -> str:
@@ -235,8 +237,7 @@ async def run_demo(
         )
         loop.set_targets(await store.list())
         comparison = Comparison(specs, opts.namespace, kube, runtime, state, clock)
-        app = create_app(state, store, settings, metrics=metrics)
-        _mount_dashboard(app, state, comparison)
+        app = http_app(state, store, settings, metrics, _dashboard(state, comparison))
         http = await serve_http(app, opts.http_host, opts.http_port)
         stack.push_async_callback(http.stop)
         grpc = await _serve_grpc(state, opts)

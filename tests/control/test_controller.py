@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from autoscaler.control.controller import Controller
+from autoscaler.app import Controller
 from autoscaler.domain import TargetRef
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.crd import spec_to_object
@@ -181,7 +181,7 @@ async def test_two_instances_never_both_write_and_fail_over(
 def test_lease_namespace_flag_wins_over_pod_namespace_and_watch_namespace(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from autoscaler.control.controller import _lease_namespace
+    from autoscaler.app import _lease_namespace
 
     monkeypatch.delenv("POD_NAMESPACE", raising=False)
     assert _lease_namespace(Settings(namespace=None)) == "default"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from autoscaler.control.controller import Controller
+from autoscaler.app import Controller
 from autoscaler.domain import TargetRef
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.crd import spec_to_object

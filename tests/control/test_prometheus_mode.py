@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from autoscaler.control.controller import Controller
+from autoscaler.app import Controller
 from autoscaler.control.ports import TargetView
 from autoscaler.control.signals import SourceSignals
 from autoscaler.control.state import TargetStatus

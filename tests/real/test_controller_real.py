@@ -14,7 +14,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from structlog.testing import capture_logs
 
-from autoscaler.control.controller import Controller
+from autoscaler.app import Controller
 from autoscaler.domain import TargetRef
 from autoscaler.kube.leader import LeaderElector, LeaseConfig
 from autoscaler.settings import GrpcSettings, HttpSettings, Settings

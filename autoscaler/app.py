@@ -1,9 +1,11 @@
-"""The controller process: what `llm-autoscaler run` starts, as one composable object.
+"""The composition root: the controller process `llm-autoscaler run` starts, as one object.
 
 Composition only (no decisions here): a policy store (the LLMAutoscaler CRD in a
 cluster, a file locally), Kubernetes adapters, a metrics source, leader election, the
 control loop, the REST API and the KEDA gRPC scaler. `start`/`stop` are explicit so tests
-can run two controllers against one API endpoint.
+can run two controllers against one API endpoint. It sits above every layer it wires
+(control, api, keda, kube, metrics, store), so none of them imports another's wiring;
+`http_app` is the HTTP side the demo composes too.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 from typing import Any
+
+from fastapi import APIRouter, FastAPI
 
 from autoscaler.api.app import create_app
 from autoscaler.api.metrics import ControllerMetrics
@@ -57,6 +61,24 @@ def _lease_namespace(settings: Settings) -> str:
         or settings.namespace
         or "default"
     )
+
+
+def http_app(
+    state: ControllerState,
+    store: PolicyStore,
+    settings: ApiSettings,
+    metrics: ControllerMetrics,
+    dashboard: APIRouter | None = None,
+) -> FastAPI:
+    """The REST API, health, /metrics and the dashboard (``dashboard``: another one, e.g.
+    the demo's with its comparison feed; default: the controller's)."""
+    app = create_app(state, store, settings, metrics=metrics)
+    if dashboard is None:
+        from autoscaler.api.dashboard import dashboard_router
+
+        dashboard = dashboard_router(state)
+    app.include_router(dashboard)
+    return app
 
 
 @dataclass
@@ -161,10 +183,7 @@ class Controller:
             dry_run=s.mode in ("advisory", "keda"),
         )
         self.loop.set_targets(await store.list(s.namespace))
-        app = create_app(self.state, store, ApiSettings.from_env(s), metrics=self.metrics)
-        from autoscaler.api.dashboard import dashboard_router
-
-        app.include_router(dashboard_router(self.state))
+        app = http_app(self.state, store, ApiSettings.from_env(s), self.metrics)
         self.http = await serve_http(app, s.http.host, s.http.port)
         self.grpc = await serve_grpc(
             self.state, s.grpc.host, s.grpc.port, tls=GrpcTls.from_settings(s.grpc)

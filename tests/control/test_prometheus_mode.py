@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
 
 from autoscaler.app import Controller
 from autoscaler.control.ports import TargetView
@@ -13,13 +16,19 @@ from autoscaler.metrics.prometheus import TARGET_LABEL, VLLM_QUERIES
 from autoscaler.policy.schema import load_policy
 from autoscaler.settings import Settings
 from autoscaler.store.base import ScaleTargetRef, TargetSpec
-from tests.metrics.test_prometheus_batching import FakePrometheus, prom  # noqa: F401
+from tests.support.fake_prometheus import FakePrometheus, serve_fake_prometheus
 
 POLICY = {"maxReplicaCount": 8, "metrics": [{"signal": "waiting", "target": 10}]}
 
 
+@pytest.fixture
+async def prom() -> AsyncIterator[FakePrometheus]:
+    async with serve_fake_prometheus() as fake:
+        yield fake
+
+
 async def test_prometheus_mode_reads_every_target_with_one_query_per_signal(
-    prom: FakePrometheus,  # noqa: F811
+    prom: FakePrometheus,
 ) -> None:
     ctl = Controller(Settings(prometheus_url=prom.url), api=None, identity="a")
     specs = []

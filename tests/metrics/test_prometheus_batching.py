@@ -4,67 +4,27 @@ HTTP server answering grouped queries as Prometheus does (same JSON shape)."""
 from __future__ import annotations
 
 import asyncio
-import re
 import urllib.parse
 from collections.abc import AsyncIterator
 
 import pytest
-from aiohttp import web
 
 from autoscaler.metrics.prometheus import (
-    TARGET_LABEL,
     VLLM_QUERIES,
     PrometheusSource,
     WorkloadPods,
     _form_body,
 )
 from autoscaler.metrics.source import PodEndpoint, TargetReading
+from tests.support.fake_prometheus import WAITING, FakePrometheus, serve_fake_prometheus
 
 PODS = [PodEndpoint("p", "unused")]
-WAITING = {"a": 0.3, "b": 0.5, "c": 0.7}  # workload -> the value of every signal
-
-
-class FakePrometheus:
-    """Answers a grouped query with one series per workload named in its pod regex,
-    a per-target query with one series; fails queries naming ``fail``."""
-
-    def __init__(self) -> None:
-        self.queries: list[str] = []
-        self.fail = "never-in-a-query"
-        self.url = ""
-
-    async def handle(self, request: web.Request) -> web.Response:
-        query = str((await request.post())["query"])
-        self.queries.append(query)
-        if self.fail in query:
-            return web.json_response({"status": "error", "error": "bad"}, status=400)
-        names = re.search(r'pod=~"\(?([^")]*)\)?-\.\*"', query)
-        assert names is not None
-        wanted = [n for n in names.group(1).split("|") if n in WAITING]
-        if TARGET_LABEL in query:
-            labels = [{"namespace": "ns", TARGET_LABEL: n} for n in wanted]
-        else:
-            labels = [{} for _ in wanted]
-        result = [
-            {"metric": lab, "value": [1.0, str(WAITING[n])]}
-            for lab, n in zip(labels, wanted, strict=True)
-        ]
-        return web.json_response(
-            {"status": "success", "data": {"resultType": "vector", "result": result}}
-        )
 
 
 @pytest.fixture
 async def prom() -> AsyncIterator[FakePrometheus]:
-    fake = FakePrometheus()
-    app = web.Application()
-    app.router.add_post("/api/v1/query", fake.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    fake.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    yield fake
-    await runner.cleanup()
+    async with serve_fake_prometheus() as fake:
+        yield fake
 
 
 def _targets(*names: str) -> dict[str, WorkloadPods]:

@@ -8,6 +8,7 @@ The kustomize subset is deliberately tiny: our kustomizations only list ``resour
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+UPSTREAM_CRDS = ROOT / "tests" / "fixtures" / "crds"  # other projects' CRDs, verbatim
 OVERLAYS = ("direct", "keda", "advisory")
 K8S_VERSION = "1.30.0"  # oldest Kubernetes the manifests target (sidecar-free, PDB v1)
 
@@ -369,9 +371,33 @@ THIRD_PARTY_SCHEMAS: dict[tuple[str, str], Obj] = {
 }
 
 
+@functools.cache
+def upstream_crds() -> dict[tuple[str, str], Obj]:
+    """(apiVersion, kind) -> CRD for every served version of the CRDs under tests/fixtures."""
+    out: dict[tuple[str, str], Obj] = {}
+    for path in sorted(UPSTREAM_CRDS.glob("*.yaml")):
+        for crd in load_docs(path):
+            for version in crd["spec"]["versions"]:
+                one = copy.deepcopy(crd)
+                one["spec"]["versions"] = [version]
+                out[(f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])] = (
+                    one
+                )
+    return out
+
+
+def _upstream_errors(obj: Obj) -> list[str]:
+    crd = upstream_crds().get((obj["apiVersion"], obj["kind"]))
+    if crd is None:
+        return []
+    v = crd_validator(crd)
+    return [f"{'.'.join(map(str, e.path))}: {e.message} (upstream CRD)" for e in v.iter_errors(obj)]
+
+
 def validate_object(obj: Obj, own_crds: dict[tuple[str, str], Obj]) -> list[str]:
     """Schema errors of one object: built-in kinds with kubernetes-validate (strict),
-    our CRD's kind with its generated schema, third-party kinds with the subsets above.
+    our CRD's kind with its generated schema, third-party kinds with the subsets above
+    and with their upstream CRD (tests/fixtures/crds) when it is there.
     kubernetes-validate raises SchemaNotFoundError for kinds it does not know, so an
     unknown kind with no schema here is an error too, never a silent pass."""
     kind_key = (obj["apiVersion"], obj["kind"])
@@ -383,7 +409,9 @@ def validate_object(obj: Obj, own_crds: dict[tuple[str, str], Obj]) -> list[str]
         errors = [f"{'.'.join(map(str, e.path))}: {e.message}" for e in v.iter_errors(obj)]
         if obj["kind"] == "ScaledObject":
             errors += _validate_keda_hpa_behavior(obj)
-        return errors
+        return errors + _upstream_errors(obj)
+    if (obj["apiVersion"], obj["kind"]) in upstream_crds():
+        return _upstream_errors(obj)
     try:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
     except kubernetes_validate.ValidationError as e:

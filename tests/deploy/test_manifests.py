@@ -90,6 +90,9 @@ def test_validation_catches_a_misspelt_field_in_builtin_and_crd_kinds() -> None:
     llmas = _one(_examples(), "LLMAutoscaler", "vllm-llama3-8b")
     llmas["spec"]["warmPool"]["minReplica"] = 1
     assert validate_object(llmas, _own_crds())
+    (podmonitor,) = load_docs(EXAMPLES / "vllm-podmonitor.yaml")
+    podmonitor["spec"]["podMetricsEndpoints"][0]["scrapeTimout"] = "10s"
+    assert validate_object(podmonitor, _own_crds())  # upstream CRD schema, strict
 
 
 def test_unknown_kind_is_an_error_not_a_silent_pass() -> None:
@@ -210,7 +213,7 @@ def test_bindings_refer_to_existing_roles_and_service_accounts(overlay: str) -> 
     assert local and namespaces >= {"llm-autoscaler"}
 
 
-def test_servicemonitor_selects_the_http_service_port() -> None:
+def test_servicemonitor_selects_the_http_service_and_not_the_grpc_one() -> None:
     objs = render(DEPLOY / "overlays" / "direct")
     (sm,) = [o for o in objs if o["kind"] == "ServiceMonitor"]
     namespaces = sm["spec"]["namespaceSelector"]["matchNames"]
@@ -221,8 +224,10 @@ def test_servicemonitor_selects_the_http_service_port() -> None:
         and s["metadata"]["namespace"] in namespaces
         and selects(sm["spec"]["selector"]["matchLabels"], s["metadata"]["labels"])
     ]
+    assert [s["metadata"]["name"] for s in services] == ["llm-autoscaler-http"]
     for ep in sm["spec"]["endpoints"]:
-        assert any(ep["port"] in {p["name"] for p in s["spec"]["ports"]} for s in services)
+        # Every selected Service must have the port: one without it is a dropped target.
+        assert all(ep["port"] in {p["name"] for p in s["spec"]["ports"]} for s in services)
 
 
 def test_controller_deployment_is_hardened_and_matches_settings() -> None:
@@ -471,3 +476,43 @@ def test_vllm_pods_mount_the_node_weight_cache_read_only() -> None:
         model = _args(spec["containers"][0])["--model"]
         mount = mounts[0]["mountPath"]
         assert model.startswith(mount + "/") and model[len(mount) + 1 :] in cached_dirs
+
+
+def _selector_matches(selector: Obj, labels: dict[str, str]) -> bool:
+    """A LabelSelector (matchLabels + matchExpressions) against a pod's labels."""
+    ok = all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+    for e in selector.get("matchExpressions", []):
+        op, present = e["operator"], e["key"] in labels
+        if op == "Exists":
+            ok = ok and present
+        elif op == "DoesNotExist":
+            ok = ok and not present
+        elif op == "In":
+            ok = ok and labels.get(e["key"]) in e["values"]
+        else:  # NotIn
+            ok = ok and labels.get(e["key"]) not in e["values"]
+    return ok
+
+
+def test_podmonitor_scrapes_every_autoscaled_vllm_pod_and_no_warm_pool_pod() -> None:
+    objs = _examples()
+    (pm,) = [o for o in objs if o["kind"] == "PodMonitor"]
+    ns = pm["metadata"]["namespace"]
+    workloads = {
+        o["metadata"]["name"]: o
+        for o in objs
+        if pod_spec(o) is not None and o["metadata"].get("namespace") == ns
+    }
+    targets = [o for o in objs if o["kind"] == "LLMAutoscaler"]
+    assert len(targets) == 3  # full GPU, MIG, shared
+    for llmas in targets:
+        assert llmas["metadata"]["namespace"] == ns
+        workload = workloads[llmas["spec"]["scaleTargetRef"]["name"]]
+        assert _selector_matches(pm["spec"]["selector"], pod_labels(workload)), key(workload)
+        for ep in pm["spec"]["podMetricsEndpoints"]:
+            assert ep["port"] in _container_ports(workload)
+            assert ep["path"] == llmas["spec"].get("metricsPath", "/metrics")
+    scaled = {t["spec"]["scaleTargetRef"]["name"] for t in targets}
+    for name, workload in workloads.items():
+        if name not in scaled:  # warm-pool placeholders serve no metrics
+            assert not _selector_matches(pm["spec"]["selector"], pod_labels(workload)), name

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from autoscaler.api.metrics import ControllerMetrics
@@ -148,3 +149,26 @@ def test_alerts_cover_down_capacity_and_scrape_failures() -> None:
     (sm,) = load_docs(DEPLOY / "prometheus" / "servicemonitor.yaml")
     assert 'job="llm-autoscaler-http"' in alerts["LLMAutoscalerDown"]["expr"]
     assert sm["spec"]["endpoints"][0]["port"] == "http"
+
+
+_POD_MATCHER = re.compile(r'pod=~"([^"]*)"')
+
+
+@pytest.mark.parametrize(
+    ("pod", "selected"),
+    [
+        ("vllm-llama3-8b-7c9f8d6b5-x2k4q", True),  # Deployment pod: <rs hash>-<pod suffix>
+        ("vllm-llama3-8b-58bd6c9dd4-zq8n2", True),
+        ("vllm-llama3-8b-0", True),  # StatefulSet ordinal
+        ("vllm-llama3-8b-mig-7c9f8d6b5-x2k4q", False),  # the MIG sibling
+        ("vllm-llama3-8b-shared-7c9f8d6b5-x2k4q", False),  # the shared-GPU sibling
+        ("vllm-llama3-8b-warm-7c9f8d6b5-x2k4q", False),
+    ],
+)
+def test_dashboard_pod_regex_selects_only_the_targets_own_pods(pod: str, selected: bool) -> None:
+    patterns = {m for e in _dashboard_exprs() for m in _POD_MATCHER.findall(e)}
+    assert patterns, "no pod matcher in the dashboard"
+    for pattern in patterns:
+        # Prometheus anchors regex matchers at both ends: fullmatch is its semantics.
+        regex = re.compile(pattern.replace("$target", "vllm-llama3-8b"))
+        assert bool(regex.fullmatch(pod)) is selected, (pattern, pod)

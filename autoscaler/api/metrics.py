@@ -22,6 +22,7 @@ HTTP_METHODS = frozenset(
     {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"}
 )
 UNMATCHED_ROUTE = "unmatched"
+SCALE_FAILURE_REASONS = frozenset({"error", "conflict"})
 
 
 class ControllerMetrics:
@@ -107,6 +108,13 @@ class ControllerMetrics:
             target,
             registry=r,
         )
+        self.scale_failures = Counter(
+            "llm_autoscaler_scale_failures",
+            "Scale writes that applied nothing, by reason: error (API error or timeout after "
+            "retries), conflict (still conflicting after the re-decide retries).",
+            [*target, "reason"],
+            registry=r,
+        )
         self.loop_restarts = Counter(
             "llm_autoscaler_loop_restarts",
             "Control-loop restarts after an unexpected error (with backoff).",
@@ -179,6 +187,11 @@ class ControllerMetrics:
 
     def observe_reconcile_error(self, ref: TargetRef) -> None:
         self.reconcile_errors.labels(ref.namespace, ref.name).inc()
+
+    def observe_scale_failure(self, ref: TargetRef, reason: str) -> None:
+        if reason not in SCALE_FAILURE_REASONS:  # closed label set
+            reason = "other"
+        self.scale_failures.labels(ref.namespace, ref.name, reason).inc()
 
     def observe_loop_restart(self) -> None:
         self.loop_restarts.inc()

@@ -350,8 +350,12 @@ class ControlLoop:
                     return decision, new_state, obs, False
             except ActuationError as err:
                 log.warning("scale failed; nothing applied", target=str(spec.ref), error=str(err))
+                if self.observer is not None:
+                    self.observer.observe_scale_failure(spec.ref, "error")
                 return decision, new_state, obs, False
         log.warning("giving up after repeated conflicts", target=str(spec.ref))
+        if self.observer is not None:
+            self.observer.observe_scale_failure(spec.ref, "conflict")
         return decision, new_state, obs, False
 
     async def _size_warm_pool(

@@ -88,6 +88,10 @@ class DecisionObserver(Protocol):
 
     def observe_reconcile_error(self, ref: TargetRef) -> None: ...
 
+    def observe_scale_failure(self, ref: TargetRef, reason: str) -> None:
+        """A scale write that applied nothing: reason ``error`` or ``conflict``."""
+        ...
+
     def observe_loop_restart(self) -> None: ...
 
 

@@ -82,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     from autoscaler.sim.policies import POLICY_NAMES
     from autoscaler.sim.replica import get_profile
-    from autoscaler.sim.report import plot, print_table, write_json
+    from autoscaler.sim.report import plot, print_table, pyplot, write_json
     from autoscaler.sim.traces import (
         diurnal_day,
         load_trace,
@@ -91,6 +91,8 @@ def _run(args: argparse.Namespace) -> int:
         speed_up,
     )
 
+    if args.plot is not None:
+        pyplot()  # a missing `sim` extra fails now, not after the simulation ran
     if not args.slo_ttft_s > 0:
         raise ConfigError(f"--slo-ttft-s: value {args.slo_ttft_s} must be > 0")
     if args.warm_pool < 0:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.errors import ConfigError
 from autoscaler.sim.simulator import SimResult
 from autoscaler.sim.traces import Trace
 
@@ -81,12 +82,27 @@ def _ttft_p99_by_bin(r: SimResult, bin_s: float, nbins: int) -> np.ndarray:
     return out
 
 
-def plot(results: Sequence[SimResult], trace: Trace, path: Path, slo_ttft_s: float) -> None:
-    import matplotlib
+PLOT_EXTRA = "sim"
 
+
+def pyplot() -> Any:
+    """matplotlib.pyplot, headless. matplotlib is the optional ``sim`` extra (the controller
+    image does not carry it), so a missing one is a clear error, raised before any work."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError(
+            f"--plot: matplotlib is not installed; it is the optional {PLOT_EXTRA!r} extra: "
+            f"pip install 'llm-autoscaler[{PLOT_EXTRA}]'"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot(results: Sequence[SimResult], trace: Trace, path: Path, slo_ttft_s: float) -> None:
+    plt = pyplot()
     span = max(trace.duration_s, 1.0)
     bin_s = 60.0 if span <= 4 * 3600 else 600.0
     nbins = max(1, math.ceil(span / bin_s))

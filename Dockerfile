@@ -29,12 +29,11 @@ LABEL org.opencontainers.image.title="llm-autoscaler" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.source="https://github.com/llm-autoscaler/llm-autoscaler"
 # Read-only root filesystem: bytecode is precompiled in the builder, nothing writes
-# outside /tmp (mount an emptyDir there), HOME and matplotlib's cache point into /tmp.
+# outside /tmp (mount an emptyDir there), HOME points into /tmp.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \
-    MPLCONFIGDIR=/tmp/matplotlib \
     AUTOSCALER_HTTP__PORT=8080 \
     AUTOSCALER_GRPC__PORT=9090
 RUN groupadd --system --gid 10001 autoscaler \

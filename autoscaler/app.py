@@ -205,11 +205,7 @@ class Controller:
     async def _follow(self, store: PolicyStore) -> None:
         assert self.loop is not None
         async for targets in store.watch():
-            before = set(self.state.targets)
-            self.loop.set_targets(targets)
-            if self.cluster is not None:
-                for ref in before - set(self.state.targets):
-                    self.cluster.forget(ref)  # no per-target leftovers in the cache
+            self.loop.set_targets(targets)  # forgets removed targets everywhere, cluster too
 
     async def _report_invalid(self, store: CrdPolicyStore, recorder: EventRecorder) -> None:
         """The leader puts validation failures in status and a Warning Event (no API call

@@ -4,6 +4,7 @@ concurrent writers are detected with ETag / If-Match (412, RFC 9110)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
@@ -91,16 +92,7 @@ def _with_policy(spec: TargetSpec, policy_doc: Any) -> TargetSpec:
         policy = load_policy(policy_doc)
     except ConfigError as err:
         raise ConfigError("invalid policy", [f"policy.{p}" for p in err.problems]) from None
-    return TargetSpec(
-        ref=spec.ref,
-        policy=policy,
-        scale_target_ref=spec.scale_target_ref,
-        mode=spec.mode,
-        metrics_port=spec.metrics_port,
-        metrics_path=spec.metrics_path,
-        engine=spec.engine,
-        selector=spec.selector,
-    )
+    return dataclasses.replace(spec, policy=policy)
 
 
 def targets_router(ctx: ApiContext) -> APIRouter:

@@ -254,11 +254,16 @@ class ControlLoop:
         self._decision_states[ref] = new_state
         if can_write and spec.policy.warm_pool.enabled and planner is not None:
             await self._size_warm_pool(st, planner, now, decision)
-        if planner is not None:
-            decision = replace(decision, numbers={**planner.numbers(), **decision.numbers})
-        if reading.rejected:  # why pods were left unread: out-of-range values, by reason
-            rejected = {f"pods_rejected.{r}": float(n) for r, n in reading.rejected.items()}
-            decision = replace(decision, numbers={**decision.numbers, **rejected})
+        if planner is not None or reading.rejected:  # one merge: this runs per target per tick
+            decision = replace(
+                decision,
+                numbers={
+                    **(planner.numbers() if planner is not None else {}),
+                    **decision.numbers,
+                    # why pods were left unread: out-of-range values, by reason
+                    **{f"pods_rejected.{r}": float(n) for r, n in reading.rejected.items()},
+                },
+            )
         try:  # every tick: the recorder decides what is worth an Event or a status write
             await self.cluster.record(spec, decision, applied)
         except AutoscalerError as err:

@@ -9,7 +9,6 @@ Each target has ``PODS`` pods; in a faulty target the last pod is hostile. Polic
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,6 +34,7 @@ from autoscaler.kube.scale import ScaleClient
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
 from autoscaler.policy.schema import load_policy
 from autoscaler.store.base import ScaleTargetRef, StoredTarget, TargetSpec
+from tests.support.hanging import HangingServer
 from tests.support.waiting import until
 
 TARGETS = 20
@@ -67,15 +67,19 @@ def vllm_page(waiting: float) -> bytes:
 @dataclass
 class HostilePod:
     """One misbehaving pod on loopback: ``page`` answers, ``hang`` never answers,
-    ``close`` drops each connection unanswered."""
+    ``close`` drops each connection unanswered (the last two are a `HangingServer`)."""
 
     mode: str  # "page" | "hang" | "close"
     page: Page | None = None
-    scrapes: int = 0
     port: int = 0
-    _server: asyncio.Server | None = None
+    _served: int = 0
     _runner: web.AppRunner | None = None
-    _release: asyncio.Event = field(default_factory=asyncio.Event)
+    _peer: HangingServer | None = None
+
+    @property
+    def scrapes(self) -> int:
+        """Scrapes met: pages served, or connections accepted by a hanging/closing pod."""
+        return self._peer.accepted if self._peer is not None else self._served
 
     async def start(self) -> None:
         if self.mode == "page":
@@ -87,28 +91,20 @@ class HostilePod:
             await site.start()
             self.port = self._runner.addresses[0][1]
             return
-        self._server = await asyncio.start_server(self._raw, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._peer = HangingServer(close_at_once=self.mode == "close")
+        await self._peer.start()
+        self.port = self._peer.port
 
     async def _metrics(self, _: web.Request) -> web.Response:
         assert self.page is not None
-        self.scrapes += 1
-        return web.Response(body=self.page(self.scrapes), content_type="text/plain")
-
-    async def _raw(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.scrapes += 1
-        if self.mode == "hang":
-            await self._release.wait()
-        writer.close()
+        self._served += 1
+        return web.Response(body=self.page(self._served), content_type="text/plain")
 
     async def stop(self) -> None:
-        self._release.set()
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+        if self._peer is not None:
+            await self._peer.stop()
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 
 from autoscaler.errors import ConfigError
-from autoscaler.sim.replica import HardwareProfile, Replica
+from autoscaler.sim.replica import CounterSink, HardwareProfile, Replica
 
 Z90 = 1.2815515655446004  # standard normal 90th percentile
 
@@ -251,6 +251,7 @@ class Cluster:
         self.cold_start_samples: list[float] = []  # creation -> ready, seconds
         self._next_id = 0
         self.capacity_limited = 0
+        self.counters = CounterSink()  # every replica's vLLM counters, summed as they grow
         if config.initial_free_slots:
             self._add_node(0.0, free_slots=config.initial_free_slots)
 
@@ -397,7 +398,7 @@ class Cluster:
         for pod in list(self.live):
             if pod.state is PodState.STARTING and pod.ready_t <= now:
                 pod.state = PodState.READY
-                pod.replica = Replica(self.config.profile, start_s=pod.ready_t)
+                pod.replica = Replica(self.config.profile, start_s=pod.ready_t, sink=self.counters)
                 self.ready.append(pod)
                 self.cold_start_samples.append(pod.ready_t - pod.created_t)
             elif pod.state is PodState.DRAINING:

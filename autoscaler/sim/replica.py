@@ -240,6 +240,22 @@ class ReplicaMetrics:
     busy_s: float  # time the GPU ran steps (what DCGM utilisation integrates)
 
 
+class CounterSink:
+    """Integer counters shared by every replica of a cluster, incremented together with
+    each replica's own (so a cluster-wide scrape sums nothing: the simulator reads these
+    once per tick instead of adding up every pod's histograms; deleted pods stay counted,
+    as Prometheus' ``sum(rate(...))`` over the pods would)."""
+
+    __slots__ = ("generation_tokens", "itl_counts", "preemptions", "prompt_tokens", "ttft_counts")
+
+    def __init__(self) -> None:
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.preemptions = 0
+        self.ttft_counts = [0] * (len(TTFT_BUCKETS_S) + 1)
+        self.itl_counts = [0] * (len(ITL_BUCKETS_S) + 1)
+
+
 @dataclass(slots=True)
 class StepEvents:
     """Outcome of stepping: (request id, time) of first tokens and of completions."""
@@ -252,8 +268,12 @@ class StepEvents:
 class Replica:
     """A single engine; time is the replica's own clock (``clock_s``), set by the caller."""
 
-    def __init__(self, profile: HardwareProfile, start_s: float = 0.0) -> None:
+    def __init__(
+        self, profile: HardwareProfile, start_s: float = 0.0, sink: CounterSink | None = None
+    ) -> None:
         self.profile = profile
+        # counters also go to `sink` (a throwaway one when none is shared)
+        self._sink = sink if sink is not None else CounterSink()
         self.clock_s = start_s
         self.step_time_scale = 1.0  # >1 under time-slicing interference
         self._bs = profile.block_size_tokens
@@ -268,6 +288,7 @@ class Replica:
         self._key_counts = [0] * self._bs  # decoders per ctx_key mod block size
         self._finish_heap: list[tuple[int, int]] = []  # (finish_step, rid)
         self._by_rid: dict[int, _Seq] = {}
+        self.load = 0  # requests in flight (waiting + running): the router's count
         # counters (vLLM /metrics)
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -299,6 +320,7 @@ class Replica:
         seq = _Seq(rid, prompt_tokens, output_tokens, now_s)
         self._waiting.append(seq)
         self._by_rid[rid] = seq
+        self.load += 1
         return True
 
     @property
@@ -308,10 +330,6 @@ class Replica:
     @property
     def num_running(self) -> int:
         return len(self._running)
-
-    @property
-    def load(self) -> int:
-        return len(self._waiting) + len(self._running)
 
     @property
     def idle(self) -> bool:
@@ -448,17 +466,21 @@ class Replica:
         seq.target = seq.prompt + seq.generated
         self._waiting.appendleft(seq)
         self.num_preemptions_total += 1
+        self._sink.preemptions += 1
 
     def _record_itl(self, interval_s: float, tokens: int) -> None:
         if tokens <= 0:
             return
-        self._itl_counts[bisect_left(ITL_BUCKETS_S, interval_s)] += tokens
+        b = bisect_left(ITL_BUCKETS_S, interval_s)
+        self._itl_counts[b] += tokens
+        self._sink.itl_counts[b] += tokens
         self._itl_sum += interval_s * tokens
         self.itl_samples.append((interval_s, tokens))
 
     def _finish(self, seq: _Seq, t: float) -> None:
         del self._running[seq.rid]
         del self._by_rid[seq.rid]
+        self.load -= 1
         self.request_success_total += 1
         self.events.finished.append((seq.rid, t))
 
@@ -525,6 +547,7 @@ class Replica:
         self._step = s + 1
         # 4. decodes produce a token each.
         self.generation_tokens_total += n_dec
+        self._sink.generation_tokens += n_dec
         self._record_itl(dt, n_dec)
         self._finish_decoders_through(s, t)
         # 5. completed prefills produce a token (the first one, or the next after recompute).
@@ -535,12 +558,17 @@ class Replica:
             self._prefilling.remove(seq)
             seq.generated += 1
             self.generation_tokens_total += 1
+            sink = self._sink
+            sink.generation_tokens += 1
             if seq.first_token_t is None:
                 seq.first_token_t = t
                 ttft = t - seq.arrival_t
-                self._ttft_counts[bisect_left(TTFT_BUCKETS_S, ttft)] += 1
+                b = bisect_left(TTFT_BUCKETS_S, ttft)
+                self._ttft_counts[b] += 1
+                sink.ttft_counts[b] += 1
                 self._ttft_sum += ttft
                 self.prompt_tokens_total += seq.prompt
+                sink.prompt_tokens += seq.prompt
                 self.events.first_tokens.append((seq.rid, t))
             else:
                 self._record_itl(t - seq.last_token_t, 1)
@@ -615,6 +643,7 @@ class Replica:
         self.busy_s += duration
         self._step = s + n
         self.generation_tokens_total += n * n_dec
+        self._sink.generation_tokens += n * n_dec
         self._record_itl(duration / n, n * n_dec)
         self._finish_decoders_through(s + n - 1, self.clock_s)
         return True

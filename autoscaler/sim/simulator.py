@@ -194,6 +194,7 @@ class SimResult:
     rejected: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     # admitted requests whose TTFT alone on an idle replica already exceeds the SLO
     infeasible: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    stopped_early: bool = False  # `stop_at_s` / `miss_budget` cut the run short
 
     def summary(self) -> dict[str, Any]:
         """The per-policy JSON row (fields documented in docs/simulator.md)."""
@@ -266,15 +267,11 @@ def admission(
 
 
 class _Totals:
-    """Counters of deleted pods, so cluster counters stay monotone across pod churn."""
+    """Busy seconds and ITL samples of deleted pods, so the cluster's busy counter stays
+    monotone across pod churn (the integer counters are the cluster's `CounterSink`)."""
 
     def __init__(self) -> None:
         self.busy_s = 0.0
-        self.prompt = 0
-        self.gen = 0
-        self.preempt = 0
-        self.ttft = np.zeros(len(TTFT_BUCKETS_S) + 1, dtype=np.int64)
-        self.itl = np.zeros(len(ITL_BUCKETS_S) + 1, dtype=np.int64)
         self.itl_samples: list[tuple[float, int]] = []
         self.retired: set[int] = set()
 
@@ -283,13 +280,7 @@ class _Totals:
         if r is None or pod.pid in self.retired:
             return
         self.retired.add(pod.pid)
-        m = r.metrics()
-        self.busy_s += m.busy_s
-        self.prompt += m.prompt_tokens_total
-        self.gen += m.generation_tokens_total
-        self.preempt += m.num_preemptions_total
-        self.ttft += np.asarray(m.ttft_bucket_counts)
-        self.itl += np.asarray(m.itl_bucket_counts)
+        self.busy_s += r.busy_s
         self.itl_samples.extend(r.itl_samples)
 
 
@@ -303,8 +294,17 @@ def simulate(
     max_replicas_cap: int = 10_000,
     progress: Callable[[float], None] | None = None,
     timeline_every_s: float = 10.0,
+    stop_at_s: float | None = None,
+    miss_budget: int | None = None,
 ) -> SimResult:
-    """Replay ``trace`` against ``policy`` on a fresh cluster; deterministic under ``seed``."""
+    """Replay ``trace`` against ``policy`` on a fresh cluster; deterministic under ``seed``.
+
+    Two early stops for searches that only need part of the answer (the result then has
+    ``stopped_early`` set and only its per-request TTFTs up to the stop are meaningful):
+    ``stop_at_s`` ends the run at that simulated second (requests without a first token
+    by then keep TTFT inf: the oracle's windows only need to know who met the SLO), and
+    ``miss_budget`` ends it as soon as more admitted requests than that have certainly
+    missed the SLO (static sizing only needs to know the fleet failed)."""
     import time as _time
 
     if policy.poll_interval_s < TICK_S or not float(policy.poll_interval_s).is_integer():
@@ -353,32 +353,37 @@ def simulate(
     i = 0
     k = 0
     rr = 0
+    stopped_early = False
+    check_every = 10  # ticks between miss-budget checks
+    counted = ~rejected
 
     def route(rid: int, now: float) -> bool:
         nonlocal rr
         ready = cluster.ready
-        if not ready:
-            return False
-        # Join-the-shortest-queue on the gateway's in-flight counts; ties rotate.
         m = len(ready)
-        best: Pod | None = None
-        best_load = 1 << 60
-        for off in range(m):
-            pod = ready[(rr + off) % m]
-            rep = pod.replica
-            assert rep is not None
-            load = rep.load
-            if load < best_load:
-                best, best_load = pod, load
+        if not m:
+            return False
+        # Join-the-shortest-queue on the gateway's in-flight counts; ties rotate: the
+        # first least-loaded pod from position rr (mod m).
+        if m == 1:
+            best = ready[0].replica
+        else:
+            loads = [p.replica.load for p in ready]  # type: ignore[union-attr]
+            start = rr % m
+            rotated = loads[start:] + loads[:start]
+            best = ready[(start + rotated.index(min(rotated))) % m].replica
         rr += 1
-        assert best is not None and best.replica is not None
-        best.replica.run_until(now)
-        if not best.replica.add_request(rid, prompt[rid], output[rid], now):
+        assert best is not None
+        best.run_until(now)
+        if not best.add_request(rid, prompt[rid], output[rid], now):
             refused_ids.add(rid)  # `admission` refuses these first; kept as a guard
         return True
 
     def collect(rep: Replica) -> None:
         nonlocal n_done
+        ev = rep.events
+        if not ev.first_tokens and not ev.finished:
+            return
         ev = rep.drain_events()
         for rid, t in ev.first_tokens:
             ttft[rid] = t - arr_list[rid]
@@ -386,6 +391,12 @@ def simulate(
             if not done[rid]:
                 done[rid] = True
                 n_done += 1
+
+    def certain_misses(now: float) -> int:
+        # Admitted requests that arrived over an SLO ago and have no first token within
+        # it: whatever happens next, they missed.
+        cut = int(np.searchsorted(arrival, now - slo_ttft_s, side="left"))
+        return int(np.count_nonzero(ttft[:cut][counted[:cut]] > slo_ttft_s))
 
     while True:
         k += 1
@@ -400,10 +411,10 @@ def simulate(
             if pod.replica is not None:
                 pod.replica.run_until(now)
                 collect(pod.replica)
-        before = {p.pid: p for p in cluster.live if p.replica is not None}
+        before = [p for p in cluster.live if p.replica is not None]
         for rid in cluster.tick(now):
             dropped_ids.add(rid)
-        for pod in before.values():
+        for pod in before:
             if pod.state is PodState.DELETED:
                 collect(pod.replica)  # type: ignore[arg-type]
                 totals.retire(pod)
@@ -440,6 +451,12 @@ def simulate(
             break
         if now >= end_cap:
             break
+        if stop_at_s is not None and now >= stop_at_s:
+            stopped_early = True
+            break
+        if miss_budget is not None and k % check_every == 0 and certain_misses(now) > miss_budget:
+            stopped_early = True
+            break
     end = now
     for pod in list(cluster.live):
         rep = pod.replica
@@ -450,7 +467,7 @@ def simulate(
         totals.retire(pod)
     dropped_ids.update(router_q)
     for rid in dropped_ids:
-        if not done[rid]:
+        if not done[rid] and not stopped_early:  # cut short: in flight is not dropped
             ttft[rid] = np.inf
     dropped_ids -= refused_ids
     dropped = int(sum(1 for rid in dropped_ids if not done[rid]))
@@ -471,7 +488,7 @@ def simulate(
         scale_events=cluster.scale_events,
         max_replicas=max_replicas,
         end_s=end,
-        preemptions=totals.preempt,
+        preemptions=cluster.counters.preemptions,
         cold_start_s=[c for c in cluster.cold_start_samples if c > 0],
         timeline_t=timeline_t,
         timeline_spec=timeline_spec,
@@ -479,6 +496,7 @@ def simulate(
         wall_s=_time.perf_counter() - wall0,
         rejected=rejected,
         infeasible=infeasible,
+        stopped_early=stopped_early,
     )
 
 
@@ -495,24 +513,14 @@ def _record(
         running += r.num_running
         kv = r.kv_usage()
         kv_sum += kv
-        kv_max = max(kv_max, kv)
+        if kv > kv_max:
+            kv_max = kv
     busy = totals.busy_s
-    prompt = totals.prompt
-    gen = totals.gen
-    pre = totals.preempt
-    ttft = totals.ttft.copy()
-    itl = totals.itl.copy()
     for pod in cluster.live:
         r = pod.replica
-        if r is None:
-            continue
-        busy += r.busy_s
-        prompt += r.prompt_tokens_total
-        gen += r.generation_tokens_total
-        pre += r.num_preemptions_total
-        m = r.metrics()
-        ttft += m.ttft_bucket_counts
-        itl += m.itl_bucket_counts
+        if r is not None:
+            busy += r.busy_s
+    c = cluster.counters
     h.t.append(now)
     h.ready.append(len(ready))
     h.waiting.append(float(waiting))
@@ -521,8 +529,8 @@ def _record(
     h.kv_max.append(kv_max)
     h.busy_s.append(busy)
     h.arrivals.append(float(arrivals))
-    h.prompt_tokens.append(float(prompt))
-    h.gen_tokens.append(float(gen))
-    h.preemptions.append(float(pre))
-    h.ttft_hist.append(tuple(int(x) for x in ttft))
-    h.itl_hist.append(tuple(int(x) for x in itl))
+    h.prompt_tokens.append(float(c.prompt_tokens))
+    h.gen_tokens.append(float(c.generation_tokens))
+    h.preemptions.append(float(c.preemptions))
+    h.ttft_hist.append(tuple(c.ttft_counts))
+    h.itl_hist.append(tuple(c.itl_counts))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from autoscaler.errors import ConfigError
-from autoscaler.sim.replica import PROFILES, TTFT_BUCKETS_S, Replica, get_profile
+from autoscaler.sim.replica import PROFILES, TTFT_BUCKETS_S, CounterSink, Replica, get_profile
 
 # calibration.md section 1a [M]: decode step (TPOT) at batch <= 10, ~500 ctx tokens.
 DECODE_ANCHORS_MS = {"8b-h100": 7.2, "8b-a100": 11.5, "70b-h100-tp4": 17.5}
@@ -99,6 +100,8 @@ def test_kv_full_preempts_newest_and_still_completes_every_request() -> None:
         r.step()
         peak_usage = max(peak_usage, r.kv_usage())
         assert r.kv_usage() <= 1.0
+        assert r.load == r.num_waiting + r.num_running  # the router's count survives preemption
+    assert r.load == 0
     assert r.num_preemptions_total > 0
     assert r.request_success_total == 20
     assert peak_usage > 0.9
@@ -156,3 +159,21 @@ def test_request_larger_than_the_kv_cache_is_refused() -> None:
 def test_unknown_profile_error_lists_the_choices() -> None:
     with pytest.raises(ConfigError, match="8b-h100"):
         get_profile("h200")
+
+
+def test_shared_counter_sink_sums_the_replicas_counters() -> None:
+    sink = CounterSink()
+    reps = [Replica(PROFILES["8b-h100"], sink=sink) for _ in range(2)]
+    prof = replace(PROFILES["8b-h100"], kv_capacity_tokens=8_000)
+    reps.append(Replica(prof, sink=sink))  # preempts: its counter must reach the sink too
+    for k, r in enumerate(reps):
+        for i in range(20):
+            r.add_request(i, 200 + 50 * k, 400, 0.0)
+        r.run_until(120.0)
+    ms = [r.metrics() for r in reps]
+    assert ms[2].num_preemptions_total > 0
+    assert sink.prompt_tokens == sum(m.prompt_tokens_total for m in ms)
+    assert sink.generation_tokens == sum(m.generation_tokens_total for m in ms)
+    assert sink.preemptions == sum(m.num_preemptions_total for m in ms)
+    assert sink.ttft_counts == list(np.sum([m.ttft_bucket_counts for m in ms], axis=0))
+    assert sink.itl_counts == list(np.sum([m.itl_bucket_counts for m in ms], axis=0))

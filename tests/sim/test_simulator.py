@@ -317,3 +317,29 @@ def test_cli_rejects_unknown_policy_naming_the_choices(
     assert main(["simulate", "--trace", str(trace), "--policy", "hpa-cpu"]) == 2
     err = capsys.readouterr().err
     assert "'hpa-cpu'" in err and "keda-seed" in err
+
+
+def test_stop_at_keeps_every_first_token_seen_before_the_stop() -> None:
+    trace = burst_trace()
+    full = simulate(trace, StaticPeak(2), CFG, slo_ttft_s=0.5, seed=0)
+    cut = simulate(trace, StaticPeak(2), CFG, slo_ttft_s=0.5, seed=0, stop_at_s=300.0)
+    assert cut.stopped_early and not full.stopped_early
+    first_token_t = trace.arrival_s + full.ttft_s
+    seen = first_token_t <= 300.0
+    assert seen.any() and not seen.all()
+    # in flight at the stop is not "dropped": first tokens before it are kept exactly
+    np.testing.assert_array_equal(cut.ttft_s[seen], full.ttft_s[seen])
+    assert np.isinf(cut.ttft_s[~seen & (trace.arrival_s > 310.0)]).all()
+
+
+def test_miss_budget_stops_a_failing_fleet_and_leaves_a_passing_one_alone() -> None:
+    trace = burst_trace()
+    full = simulate(trace, StaticPeak(1), CFG, slo_ttft_s=0.5, seed=0)
+    misses = full.summary()["slo_misses"]
+    assert misses > 100
+    cut = simulate(trace, StaticPeak(1), CFG, slo_ttft_s=0.5, seed=0, miss_budget=misses // 2)
+    assert cut.stopped_early and cut.end_s < full.end_s
+    assert cut.summary()["slo_misses"] > misses // 2
+    same = simulate(trace, StaticPeak(1), CFG, slo_ttft_s=0.5, seed=0, miss_budget=misses)
+    assert not same.stopped_early
+    assert same.summary() | {"wall_s": 0} == full.summary() | {"wall_s": 0}

@@ -8,18 +8,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from autoscaler.app import Controller
 from autoscaler.domain import TargetRef
 from autoscaler.kube.config import api_client_for
-from autoscaler.kube.crd import spec_to_object
 from autoscaler.kube.localapi.server import LocalKubeAPI
 from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL, METRICS_PORT_ANNOTATION
-from autoscaler.policy.schema import load_policy
-from autoscaler.settings import GrpcSettings, HttpSettings, Settings
-from autoscaler.store.base import ScaleTargetRef, TargetSpec
+from autoscaler.settings import Settings
 from tests.support.waiting import until
+from tests.support.workloads import add_llm_target, controller_settings, served_page
 
 REF = TargetRef("llm", "llama")
 PAGE = """# TYPE vllm:num_requests_waiting gauge
@@ -32,64 +29,9 @@ vllm:num_requests_running{model_name="m",engine="0"} 10
 @pytest.fixture
 async def cluster() -> AsyncIterator[tuple[LocalKubeAPI, int]]:
     # One metrics server stands in for every pod (pods get IP 127.0.0.1 + this port).
-    app = web.Application()
-    app.router.add_get("/metrics", lambda _: web.Response(text=PAGE))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    async with LocalKubeAPI() as kube:
-        labels = {"app": "llama"}
-        kube.create(
-            "deployments",
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": "llama", "namespace": "llm"},
-                "spec": {
-                    "replicas": 2,
-                    "selector": {"matchLabels": labels},
-                    "template": {
-                        "metadata": {"labels": labels},
-                        "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
-                    },
-                },
-            },
-            group="apps",
-        )
-        for i in range(2):
-            kube.create(
-                "pods",
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": f"llama-{i}", "namespace": "llm", "labels": labels},
-                    "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
-                },
-            )
-            kube.mark_pod_ready("llm", f"llama-{i}", ip="127.0.0.1")
-        spec = TargetSpec(
-            ref=REF,
-            policy=load_policy(
-                {"maxReplicaCount": 8, "metrics": [{"signal": "waiting", "target": 10}]}
-            ),
-            scale_target_ref=ScaleTargetRef(name="llama"),
-        )
-        kube.create(CRD_PLURAL, spec_to_object(spec), group=CRD_GROUP)
+    async with served_page(PAGE) as port, LocalKubeAPI() as kube:
+        add_llm_target(kube, "llama")
         yield kube, port
-    await runner.cleanup()
-
-
-def settings(port: int, **kw: Any) -> Settings:
-    return Settings(
-        http=HttpSettings(host="127.0.0.1", port=0),
-        grpc=GrpcSettings(host="127.0.0.1", port=0),
-        tick_interval_s=0.2,
-        lease_duration_s=1.5,
-        namespace="llm",
-        **kw,
-    )
 
 
 def replicas(kube: LocalKubeAPI) -> int:
@@ -121,7 +63,7 @@ async def test_run_scales_from_the_crd_and_writes_status(cluster: tuple[LocalKub
     kube, port = cluster
     set_metrics_port(kube, port)
     api = api_client_for(kube.url)
-    ctl = Controller(settings(port, leader_election=False), api, identity="a")
+    ctl = Controller(controller_settings(leader_election=False), api, identity="a")
     await ctl.start()
     try:
         await until(lambda: replicas(kube) == 4, 10, "2 pods x 20 waiting / 10 per replica = 4")
@@ -145,8 +87,8 @@ async def test_two_instances_never_both_write_and_fail_over(
     kube, port = cluster
     set_metrics_port(kube, port)
     apis = [api_client_for(kube.url) for _ in range(2)]
-    a = Controller(settings(port), apis[0], identity="a")
-    b = Controller(settings(port), apis[1], identity="b")
+    a = Controller(controller_settings(), apis[0], identity="a")
+    b = Controller(controller_settings(), apis[1], identity="b")
     await a.start()
     await b.start()
     try:
@@ -199,7 +141,7 @@ async def test_process_mode_keda_or_advisory_never_writes_replicas(
 ) -> None:
     kube, port = cluster
     api = api_client_for(kube.url)
-    ctl = Controller(settings(port, leader_election=False, mode=mode), api, identity="a")
+    ctl = Controller(controller_settings(leader_election=False, mode=mode), api, identity="a")
     await ctl.start()
     try:
         assert ctl.loop is not None

@@ -5,22 +5,17 @@ Lease even when the API server hangs. Counted ticks and calls, never timings."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
-from aiohttp import web
 
 from autoscaler.app import Controller
 from autoscaler.domain import TargetRef
 from autoscaler.kube.config import api_client_for
-from autoscaler.kube.crd import spec_to_object
 from autoscaler.kube.leader import LeaderElector, LeaseConfig
 from autoscaler.kube.localapi.server import LocalKubeAPI
-from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL, METRICS_PORT_ANNOTATION
-from autoscaler.policy.schema import load_policy
-from autoscaler.settings import GrpcSettings, HttpSettings, Settings
-from autoscaler.store.base import ScaleTargetRef, TargetSpec
+from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL
 from tests.support.waiting import until
+from tests.support.workloads import add_llm_target, controller_settings, served_page
 
 PAGE = """# TYPE vllm:num_requests_waiting gauge
 vllm:num_requests_waiting{model_name="m",engine="0"} 20
@@ -33,70 +28,10 @@ POOL = 4  # the main ApiClient's connection pool: fewer than the targets
 
 @pytest.fixture
 async def fleet() -> AsyncIterator[LocalKubeAPI]:
-    app = web.Application()
-    app.router.add_get("/metrics", lambda _: web.Response(text=PAGE))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    async with LocalKubeAPI() as kube:
+    async with served_page(PAGE) as port, LocalKubeAPI() as kube:
         for t in range(TARGETS):
-            add_target(kube, f"m{t}", port)
+            add_llm_target(kube, f"m{t}", metrics_port=port)
         yield kube
-    await runner.cleanup()
-
-
-def add_target(kube: LocalKubeAPI, name: str, port: int) -> None:
-    labels = {"app": name}
-    kube.create(
-        "deployments",
-        {
-            "metadata": {"name": name, "namespace": "llm"},
-            "spec": {
-                "replicas": 2,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
-                },
-            },
-        },
-        group="apps",
-    )
-    for i in range(2):
-        kube.create(
-            "pods",
-            {
-                "metadata": {
-                    "name": f"{name}-{i}",
-                    "namespace": "llm",
-                    "labels": labels,
-                    "annotations": {METRICS_PORT_ANNOTATION: str(port)},
-                },
-                "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
-            },
-        )
-        kube.mark_pod_ready("llm", f"{name}-{i}", ip="127.0.0.1")
-    spec = TargetSpec(
-        ref=TargetRef("llm", name),
-        policy=load_policy(
-            {"maxReplicaCount": 8, "metrics": [{"signal": "waiting", "target": 10}]}
-        ),
-        scale_target_ref=ScaleTargetRef(name=name),
-    )
-    kube.create(CRD_PLURAL, spec_to_object(spec), group=CRD_GROUP)
-
-
-def settings(**kw: Any) -> Settings:
-    return Settings(
-        http=HttpSettings(host="127.0.0.1", port=0),
-        grpc=GrpcSettings(host="127.0.0.1", port=0),
-        tick_interval_s=0.2,
-        lease_duration_s=1.5,
-        namespace="llm",
-        **kw,
-    )
 
 
 def decided(ctl: Controller, at_least: int) -> bool:
@@ -108,7 +43,7 @@ async def test_more_targets_than_the_connection_pool_all_decide_and_keep_the_lea
     fleet: LocalKubeAPI,
 ) -> None:
     api = api_client_for(fleet.url, pool_maxsize=POOL)
-    ctl = Controller(settings(), api, identity="a")
+    ctl = Controller(controller_settings(), api, identity="a")
     await ctl.start()
     try:
         await until(lambda: decided(ctl, 3), 30, "every target to decide three times")
@@ -129,7 +64,7 @@ async def test_more_targets_than_the_connection_pool_all_decide_and_keep_the_lea
 
 async def test_a_steady_tick_makes_no_api_request(fleet: LocalKubeAPI) -> None:
     api = api_client_for(fleet.url)
-    ctl = Controller(settings(leader_election=False), api, identity="a")
+    ctl = Controller(controller_settings(leader_election=False), api, identity="a")
     await ctl.start()
     try:
         await until(lambda: decided(ctl, 3), 30, "every target to scale and settle")
@@ -168,7 +103,7 @@ async def test_readyz_answers_from_memory_without_listing_targets(fleet: LocalKu
     import httpx
 
     api = api_client_for(fleet.url)
-    ctl = Controller(settings(leader_election=False), api, identity="a")
+    ctl = Controller(controller_settings(leader_election=False), api, identity="a")
     await ctl.start()
     try:
         await until(lambda: ctl.state.ready, 30, "the first tick")
@@ -186,7 +121,7 @@ async def test_readyz_answers_from_memory_without_listing_targets(fleet: LocalKu
 
 async def test_a_deleted_target_leaves_nothing_in_the_pod_index(fleet: LocalKubeAPI) -> None:
     api = api_client_for(fleet.url)
-    ctl = Controller(settings(leader_election=False), api, identity="a")
+    ctl = Controller(controller_settings(leader_election=False), api, identity="a")
     await ctl.start()
     try:
         await until(lambda: decided(ctl, 1), 30, "every target to decide")

@@ -43,32 +43,6 @@ async def kclient(kapi: LocalKubeAPI) -> AsyncIterator[ApiClient]:
         yield api
 
 
-def deployment(
-    name: str,
-    replicas: int = 1,
-    namespace: str = "default",
-    labels: dict[str, str] | None = None,
-    gpu: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    labels = labels or {"app": name}
-    resources = {"limits": gpu, "requests": gpu} if gpu else {}
-    return {
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "containers": [
-                        {"name": "vllm", "image": "vllm/vllm-openai", "resources": resources}
-                    ]
-                },
-            },
-        },
-    }
-
-
 class FakeSleep:
     """Records requested delays instead of sleeping."""
 

@@ -23,7 +23,8 @@ from autoscaler.kube.warmpool import (
 )
 from autoscaler.policy.schema import load_policy
 from autoscaler.store.base import ScaleTargetRef, TargetSpec
-from tests.kube.conftest import deployment, uncovered_calls
+from tests.kube.conftest import uncovered_calls
+from tests.support.workloads import deployment
 
 
 def node(name: str, gpus: str, resource: str = "nvidia.com/gpu", **extra: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from autoscaler.errors import ConfigError
 from autoscaler.kube.leader import LeaderElector, LeaseConfig
 from autoscaler.kube.localapi import LocalKubeAPI
 from autoscaler.kube.scale import ScaleClient
-from tests.kube.conftest import deployment
+from tests.support.workloads import deployment
 
 CFG = LeaseConfig(namespace="default", lease_duration_s=15, renew_deadline_s=10, retry_period_s=2)
 

@@ -15,7 +15,8 @@ from autoscaler.kube.localapi import LocalKubeAPI
 from autoscaler.kube.localapi.patch import json_patch, merge_patch
 from autoscaler.kube.localapi.selectors import SelectorError, parse_label_selector
 from autoscaler.kube.rbac import REQUIRED_RULES, allowed
-from tests.kube.conftest import ALL_CALLS, deployment
+from tests.kube.conftest import ALL_CALLS
+from tests.support.workloads import deployment
 
 
 def test_label_selector_operators() -> None:

@@ -15,7 +15,8 @@ from autoscaler.kube.config import FIELD_MANAGER, USER_AGENT, KubeClients, load_
 from autoscaler.kube.localapi import LocalKubeAPI
 from autoscaler.kube.retry import RetryPolicy
 from autoscaler.kube.scale import ScaleClient
-from tests.kube.conftest import FakeSleep, deployment
+from tests.kube.conftest import FakeSleep
+from tests.support.workloads import deployment
 
 SCALE_PATH = "/deployments/llm/scale"
 

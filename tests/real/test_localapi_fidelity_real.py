@@ -3,8 +3,8 @@ against the real server: the two must agree, or the local tier proves nothing.""
 
 from __future__ import annotations
 
-from tests.kube.conftest import deployment
 from tests.real.kubectl import STRATEGIC, Kube, KubeError
+from tests.support.workloads import deployment
 
 
 def _dep(name: str, namespace: str, replicas: int = 1) -> dict[str, object]:

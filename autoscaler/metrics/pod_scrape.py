@@ -1,9 +1,10 @@
 """Scrape each ready pod's /metrics directly (no Prometheus in the loop).
 
-One `aiohttp.ClientSession` with a keep-alive `TCPConnector` is shared by every target,
-so a 1 s tick reuses connections instead of opening one per pod. A global semaphore
-bounds scrapes in flight across targets, each pod has its own timeout, and per-pod
-histories (for rates and windowed quantiles) live here, keyed by target and pod name.
+One `PageClient` (a minimal HTTP/1.1 keep-alive GET client, `page_client.py`) is
+shared by every target, so a 1 s tick reuses each pod's connection instead of opening
+one. A global semaphore bounds scrapes in flight across targets, each pod has its own
+timeout, and per-pod histories (for rates and windowed quantiles) live here, keyed by
+target and pod name.
 A pod whose scrape fails, times out, returns non-200 or an invalid page is unknown this
 tick (not counted in ``pods_read``), and so is a pod whose page holds a value out of
 range (``+Inf``, NaN, a negative count; see `signals.snapshot_violation`), counted by
@@ -20,11 +21,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import aiohttp
-import yarl
-
 from autoscaler.errors import AutoscalerError
 from autoscaler.metrics.engines import EngineSnapshot, read_snapshot
+from autoscaler.metrics.page_client import PageClient
 from autoscaler.metrics.signals import (
     DEFAULT_WINDOW_S,
     PodHistory,
@@ -34,8 +33,6 @@ from autoscaler.metrics.signals import (
     split_valid,
 )
 from autoscaler.metrics.source import PodEndpoint, TargetReading
-
-ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +47,17 @@ class ScrapeConfig:
     # event loop keeps serving the other targets (benchmarks/bench_parse_bounds.py);
     # smaller ones inline, where a thread hop would cost more than their parse.
     thread_parse_bytes: int = 256 * 1024
+    keepalive_s: float = 30.0  # an idle pod connection is closed after this
 
     def __post_init__(self) -> None:
-        for name in ("timeout_s", "window_s", "stale_after_s"):
+        for name in ("timeout_s", "window_s", "stale_after_s", "keepalive_s"):
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"{name}={value}: must be > 0")
         if self.max_concurrency < 1:
             raise ValueError(f"max_concurrency={self.max_concurrency}: must be >= 1")
+        if self.max_page_bytes < 1:
+            raise ValueError(f"max_page_bytes={self.max_page_bytes}: must be >= 1")
         if self.thread_parse_bytes < 0:
             raise ValueError(f"thread_parse_bytes={self.thread_parse_bytes}: must be >= 0")
 
@@ -68,61 +68,32 @@ class PodScrapeSource:
     def __init__(self, config: ScrapeConfig | None = None) -> None:
         self.config = config or ScrapeConfig()
         self._semaphore = asyncio.Semaphore(self.config.max_concurrency)
-        self._session: aiohttp.ClientSession | None = None
+        self._http: PageClient | None = None
         self._histories: dict[str, dict[str, PodHistory]] = {}
-        self._urls: dict[str, yarl.URL] = {}
         self._parse_thread: ThreadPoolExecutor | None = None
         self._parse_slot = asyncio.Semaphore(1)  # large pages queue here, not in the thread
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self.config.max_concurrency, keepalive_timeout=30.0, ttl_dns_cache=60
+    def _client(self) -> PageClient:
+        if self._http is None:
+            c = self.config
+            self._http = PageClient(
+                timeout_s=c.timeout_s, max_body_bytes=c.max_page_bytes, keepalive_s=c.keepalive_s
             )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
-                headers={"Accept": ACCEPT},
-                cookie_jar=aiohttp.DummyCookieJar(),  # metrics pages set no cookies
-                # identity pages: on a pod network gzip costs more CPU than it saves
-                skip_auto_headers=("User-Agent", "Accept-Encoding"),
-            )
-        return self._session
+        return self._http
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
         if self._parse_thread is not None:
             self._parse_thread.shutdown(wait=False, cancel_futures=True)
             self._parse_thread = None
 
     async def _fetch(self, pod: PodEndpoint) -> bytes:
-        session = self._client()
-        limit = self.config.max_page_bytes
-        url = self._urls.get(pod.url)
-        if url is None:
-            if len(self._urls) >= 65536:
-                self._urls.clear()
-            url = self._urls[pod.url] = yarl.URL(pod.url)  # parsed once, not per scrape
-        async with self._semaphore, session.get(url) as resp:
-            if resp.status != 200:
-                raise AutoscalerError(f"HTTP {resp.status}")
-            declared = resp.content_length
-            if declared is not None and declared > limit:
-                raise AutoscalerError(f"page larger than {limit} bytes")
-            if declared is not None:
-                body = await resp.read()  # exactly Content-Length bytes, one buffer
-            else:  # chunked: read up to the limit, then refuse
-                chunks: list[bytes] = []
-                size = 0
-                while chunk := await resp.content.readany():
-                    size += len(chunk)
-                    if size > limit:
-                        raise AutoscalerError(f"page larger than {limit} bytes")
-                    chunks.append(chunk)
-                body = b"".join(chunks)
-            return body  # decoded where it is parsed (a large page: in the parse thread)
+        """The page's bytes (decoded where it is parsed: a large page in the parse thread)."""
+        client = self._client()
+        async with self._semaphore:
+            return await client.get(pod.url)
 
     async def _scrape(self, pod: PodEndpoint, previous: PodHistory | None) -> EngineSnapshot | str:
         """Fetch and read one pod; an error message instead of raising.
@@ -134,7 +105,7 @@ class PodScrapeSource:
             body = await self._fetch(pod)
         except TimeoutError:
             return f"{pod.name}: TimeoutError: timeout after {self.config.timeout_s}s"
-        except (aiohttp.ClientError, AutoscalerError, OSError) as exc:
+        except (AutoscalerError, OSError) as exc:
             return f"{pod.name}: {type(exc).__name__}: {exc}"
         try:
             if len(body) <= self.config.thread_parse_bytes:

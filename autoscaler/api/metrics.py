@@ -7,9 +7,11 @@ registry and two apps in one process never collide on metric names.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from autoscaler.domain import Decision, TargetRef
 from autoscaler.metrics.signals import REJECT_REASONS
@@ -23,6 +25,7 @@ HTTP_METHODS = frozenset(
 )
 UNMATCHED_ROUTE = "unmatched"
 SCALE_FAILURE_REASONS = frozenset({"error", "conflict"})
+_TARGET = ("namespace", "name")
 
 
 class ControllerMetrics:
@@ -31,62 +34,11 @@ class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        target = ("namespace", "name")
-        self.decisions = Counter(
-            "llm_autoscaler_decisions",
-            "Decisions taken, by target and reason.",
-            [*target, "reason"],
-            registry=r,
-        )
-        self.desired_replicas = Gauge(
-            "llm_autoscaler_desired_replicas",
-            "Replicas the latest decision asks for.",
-            target,
-            registry=r,
-        )
-        self.current_replicas = Gauge(
-            "llm_autoscaler_current_replicas",
-            "Replicas observed at the latest decision.",
-            target,
-            registry=r,
-        )
-        self.active = Gauge(
-            "llm_autoscaler_active",
-            "1 when the target is active (KEDA activation).",
-            target,
-            registry=r,
-        )
-        self.metric_value = Gauge(
-            "llm_autoscaler_metric_value",
-            "Latest value of each scaling signal (absent when the read failed).",
-            [*target, "signal"],
-            registry=r,
-        )
-        self.forecast_value = Gauge(
-            "llm_autoscaler_forecast_value",
-            "Forecast value of each scaling signal at now + horizon.",
-            [*target, "signal"],
-            registry=r,
-        )
-        self.forecast = Gauge(
-            "llm_autoscaler_forecast",
-            "Every signal the planner forecasts at now + horizon (rates included).",
-            [*target, "signal"],
-            registry=r,
-        )
-        self.forecast_horizon = Gauge(
-            "llm_autoscaler_forecast_horizon_seconds",
-            "Forecast horizon (the learned cold start, or the policy's horizonSeconds).",
-            target,
-            registry=r,
-        )
-        self.capacity_per_replica = Gauge(
-            "llm_autoscaler_capacity_per_replica",
-            "Per-replica capacity per signal: learned at the SLO, else the configured target.",
-            [*target, "signal"],
-            registry=r,
-        )
-        self._numbered: dict[tuple[str, str], set[tuple[Gauge, str]]] = {}
+        target = _TARGET
+        # Per-decision series (~15 per target): built from the latest decisions when
+        # /metrics is scraped, not set on every tick (issue 16: 1,000 targets x 1 tick/s).
+        self._decisions = _DecisionSeries()
+        r.register(self._decisions)
         self.is_leader = Gauge(
             "llm_autoscaler_is_leader",
             "1 while this instance holds the leader Lease (only the leader writes).",
@@ -135,44 +87,8 @@ class ControllerMetrics:
         )
 
     def observe_decision(self, ref: TargetRef, decision: Decision) -> None:
-        labels = (ref.namespace, ref.name)
-        self.decisions.labels(*labels, str(decision.reason)).inc()
-        self.desired_replicas.labels(*labels).set(decision.desired_replicas)
-        self.current_replicas.labels(*labels).set(decision.current_replicas)
-        self.active.labels(*labels).set(1.0 if decision.active else 0.0)
-        for m in decision.metrics:
-            if m.value is None:
-                # Missing data is not zero: drop the series rather than export a 0.
-                self._remove(self.metric_value, (*labels, m.signal))
-            else:
-                self.metric_value.labels(*labels, m.signal).set(m.value)
-            if m.forecast_value is None:
-                self._remove(self.forecast_value, (*labels, m.signal))
-            else:
-                self.forecast_value.labels(*labels, m.signal).set(m.forecast_value)
-        self._observe_numbers(labels, decision.numbers)
-
-    def _observe_numbers(self, labels: tuple[str, str], numbers: Mapping[str, float]) -> None:
-        """Planner numbers as series; a number absent this tick drops its series."""
-        seen: set[tuple[Gauge, str]] = set()
-        for key, value in numbers.items():
-            parts = key.split(".")
-            if len(parts) == 3 and parts[0] == "forecast" and parts[2] == "predicted":
-                gauge, signal = self.forecast, parts[1]
-            elif len(parts) == 3 and parts[0] == "capacity" and parts[2] == "per_replica":
-                gauge, signal = self.capacity_per_replica, parts[1]
-            else:
-                continue
-            gauge.labels(*labels, signal).set(value)
-            seen.add((gauge, signal))
-        for gauge, signal in self._numbered.get(labels, set()) - seen:
-            self._remove(gauge, (*labels, signal))
-        self._numbered[labels] = seen
-        horizon = numbers.get("forecast_horizon_s", numbers.get("forecast.horizon_s"))
-        if horizon is None:
-            self._remove(self.forecast_horizon, labels)
-        else:
-            self.forecast_horizon.labels(*labels).set(horizon)
+        """Remember the decision (O(1) per tick); its series are built at scrape time."""
+        self._decisions.observe(ref, decision)
 
     def observe_tick(self, duration_s: float) -> None:
         self.tick_duration.observe(duration_s)
@@ -204,21 +120,142 @@ class ControllerMetrics:
 
     def forget(self, ref: TargetRef) -> None:
         """Drop a deleted target's gauges so dashboards do not show stale values."""
+        self._decisions.forget(ref)
         labels = (ref.namespace, ref.name)
-        for gauge in (
-            self.desired_replicas,
-            self.current_replicas,
-            self.active,
-            self.forecast_horizon,
-        ):
-            self._remove(gauge, labels)
-        for gauge, signal in self._numbered.pop(labels, set()):
-            self._remove(gauge, (*labels, signal))
         for reason in (*REJECT_REASONS, "other"):
             with contextlib.suppress(KeyError):
                 self.rejected_values.remove(*labels, reason)
 
-    @staticmethod
-    def _remove(metric: Gauge, labels: tuple[str, ...]) -> None:
-        with contextlib.suppress(KeyError):
-            metric.remove(*labels)
+
+class _DecisionSeries:
+    """A prometheus_client collector over the latest decision per target.
+
+    The same series as gauges set per decision would give (a value missing from the
+    latest decision has no series: missing data is not zero), at no per-tick cost: the
+    work is done per scrape (every 15-60 s), not per target per tick (every 1 s)."""
+
+    def __init__(self) -> None:
+        self.latest: dict[tuple[str, str], Decision] = {}
+        # decisions by (namespace, name, reason): [count, created (unix s)]
+        self.counts: dict[tuple[str, str, str], list[float]] = {}
+
+    def observe(self, ref: TargetRef, decision: Decision) -> None:
+        labels = (ref.namespace, ref.name)
+        self.latest[labels] = decision
+        key = (ref.namespace, ref.name, str(decision.reason))
+        count = self.counts.get(key)
+        if count is None:
+            self.counts[key] = [1.0, time.time()]
+        else:
+            count[0] += 1.0
+
+    def forget(self, ref: TargetRef) -> None:
+        # The decisions counter keeps its series (a counter, as before).
+        self.latest.pop((ref.namespace, ref.name), None)
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(_families())
+
+    def collect(self) -> Iterator[Metric]:
+        (
+            decisions,
+            desired,
+            current,
+            active,
+            value,
+            forecast_value,
+            forecast,
+            horizon,
+            capacity,
+        ) = families = _families()
+        for (ns, name, reason), (count, created) in list(self.counts.items()):
+            decisions.add_metric((ns, name, reason), count, created=created)
+        for labels, d in list(self.latest.items()):
+            desired.add_metric(labels, d.desired_replicas)
+            current.add_metric(labels, d.current_replicas)
+            active.add_metric(labels, 1.0 if d.active else 0.0)
+            values: dict[str, float | None] = {}
+            forecasts: dict[str, float | None] = {}
+            for m in d.metrics:  # the last recommendation of a signal wins
+                values[m.signal] = m.value
+                forecasts[m.signal] = m.forecast_value
+            for signal, v in values.items():
+                if v is not None:
+                    value.add_metric((*labels, signal), v)
+            for signal, v in forecasts.items():
+                if v is not None:
+                    forecast_value.add_metric((*labels, signal), v)
+            numbers = d.numbers
+            for key, number in numbers.items():
+                parts = key.split(".")
+                if len(parts) != 3:
+                    continue
+                if parts[0] == "forecast" and parts[2] == "predicted":
+                    forecast.add_metric((*labels, parts[1]), number)
+                elif parts[0] == "capacity" and parts[2] == "per_replica":
+                    capacity.add_metric((*labels, parts[1]), number)
+            h = numbers.get("forecast_horizon_s", numbers.get("forecast.horizon_s"))
+            if h is not None:
+                horizon.add_metric(labels, h)
+        return iter(families)
+
+
+def _families() -> tuple[
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    GaugeMetricFamily,
+    GaugeMetricFamily,
+    GaugeMetricFamily,
+    GaugeMetricFamily,
+    GaugeMetricFamily,
+    GaugeMetricFamily,
+    GaugeMetricFamily,
+]:
+    signal = (*_TARGET, "signal")
+    return (
+        CounterMetricFamily(
+            "llm_autoscaler_decisions",
+            "Decisions taken, by target and reason.",
+            labels=(*_TARGET, "reason"),
+        ),
+        GaugeMetricFamily(
+            "llm_autoscaler_desired_replicas",
+            "Replicas the latest decision asks for.",
+            labels=_TARGET,
+        ),
+        GaugeMetricFamily(
+            "llm_autoscaler_current_replicas",
+            "Replicas observed at the latest decision.",
+            labels=_TARGET,
+        ),
+        GaugeMetricFamily(
+            "llm_autoscaler_active",
+            "1 when the target is active (KEDA activation).",
+            labels=_TARGET,
+        ),
+        GaugeMetricFamily(
+            "llm_autoscaler_metric_value",
+            "Latest value of each scaling signal (absent when the read failed).",
+            labels=signal,
+        ),
+        GaugeMetricFamily(
+            "llm_autoscaler_forecast_value",
+            "Forecast value of each scaling signal at now + horizon.",
+            labels=signal,
+        ),
+        GaugeMetricFamily(
+            "llm_autoscaler_forecast",
+            "Every signal the planner forecasts at now + horizon (rates included).",
+            labels=signal,
+        ),
+        GaugeMetricFamily(
+            "llm_autoscaler_forecast_horizon_seconds",
+            "Forecast horizon (the learned cold start, or the policy's horizonSeconds).",
+            labels=_TARGET,
+        ),
+        GaugeMetricFamily(
+            "llm_autoscaler_capacity_per_replica",
+            "Per-replica capacity per signal: learned at the SLO, else the configured target.",
+            labels=signal,
+        ),
+    )

@@ -10,10 +10,10 @@ the choice does not flap between near-equal models. Choose by measured error, no
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from autoscaler.forecast.models import Ewma, Forecaster, Holt, Seasonal
-from autoscaler.forecast.robust import check_finite, check_positive, decay
+from autoscaler.forecast.robust import check_finite, check_positive, decay, evolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,7 @@ class Auto:
     def with_horizon(self, horizon_s: float) -> Auto:
         """Score future forecasts at a new horizon (e.g. the cold start was re-learned)."""
         check_finite("horizon_s", horizon_s, minimum=0.0)
-        return self if horizon_s == self.horizon_s else replace(self, horizon_s=horizon_s)
+        return self if horizon_s == self.horizon_s else evolve(self, horizon_s=horizon_s)
 
     def update(self, t: float, value: float) -> Auto:
         candidates = tuple(c.update(t, value) for c in self.candidates)
@@ -90,8 +90,8 @@ class Auto:
         if state.last_record_t is None or t - state.last_record_t >= self.record_every_s:
             values = tuple(c.predict(t, self.horizon_s) for c in candidates)
             record = PendingForecast(t, t + self.horizon_s, values)
-            state = replace(state, pending=(*state.pending, record), last_record_t=t)
-        return replace(state, candidates=candidates)
+            state = evolve(state, pending=(*state.pending, record), last_record_t=t)
+        return evolve(state, candidates=candidates)
 
     def _score(self, t: float, actual: float) -> Auto:
         due = [p for p in self.pending if p.t_target <= t]
@@ -117,7 +117,7 @@ class Auto:
             best = min(range(len(abs_error)), key=abs_error.__getitem__)
             if abs_error[best] < abs_error[chosen] * (1 - self.switch_margin):
                 chosen = best
-        return replace(
+        return evolve(
             self,
             pending=keep,
             abs_error=tuple(abs_error),

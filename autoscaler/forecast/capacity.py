@@ -17,13 +17,12 @@ that reading (missing, never zero) the tick counts as before.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from bisect import bisect_left, insort
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
-import numpy as np
-
-from autoscaler.forecast.robust import check_finite, check_positive
+from autoscaler.forecast.robust import check_finite, check_positive, evolve, quantile_sorted
 
 DEFAULT_CAPACITY_SIGNALS: tuple[str, ...] = (
     "generation_tokens_per_s",
@@ -55,6 +54,15 @@ class CapacityEstimator:
     sustained: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     violating: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     last_t: float | None = None
+    # Derived, never compared: the books sorted (kept incrementally by `observe`, so a
+    # quantile is two reads instead of a sort) and `capacities()` once computed.
+    sorted_sustained: Mapping[str, Sequence[float]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    sorted_violating: Mapping[str, Sequence[float]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    caps_cache: Mapping[str, float] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_positive("slo_s", self.slo_s)
@@ -87,6 +95,8 @@ class CapacityEstimator:
         queued = queue is None or not math.isfinite(queue) or queue >= self.min_queue
         sustained = dict(self.sustained)
         violating = dict(self.violating)
+        sorted_s = dict(self.sorted_sustained)
+        sorted_v = dict(self.sorted_violating)
         for name in set(self.fallback) | set(DEFAULT_CAPACITY_SIGNALS):
             value = signals.get(name)
             if value is None or not math.isfinite(value) or value < 0:
@@ -100,16 +110,27 @@ class CapacityEstimator:
                 continue  # light load proves nothing about the limit
             if not ok and not queued:
                 continue  # slow without a queue: the requests' own size, not the load
-            book = sustained if ok else violating
-            book[name] = (*book.get(name, ()), per_replica)[-self.window :]
-        return replace(self, sustained=sustained, violating=violating, last_t=t)
+            book, ordered = (sustained, sorted_s) if ok else (violating, sorted_v)
+            old = book.get(name, ())
+            new = (*old, per_replica)[-self.window :]
+            book[name] = new
+            ordered[name] = _sorted_after(ordered.get(name), old, new, per_replica)
+        return evolve(
+            self,
+            sustained=sustained,
+            violating=violating,
+            last_t=t,
+            sorted_sustained=sorted_s,
+            sorted_violating=sorted_v,
+            caps_cache=None,
+        )
 
     def capacity(self, name: str) -> float | None:
         """Per-replica capacity for ``name``, or ``None`` when neither learned nor set."""
         threshold = self.fallback.get(name)
         seen = self.sustained.get(name, ())
         learned = (
-            float(np.quantile(np.asarray(seen), self.quantile))
+            quantile_sorted(_ordered(self.sorted_sustained, name, seen), self.quantile)
             if len(seen) >= self.min_samples
             else None
         )
@@ -118,7 +139,8 @@ class CapacityEstimator:
         value = max(x for x in (learned, threshold) if x is not None)
         bad = self.violating.get(name, ())
         if len(bad) >= self.min_samples:
-            ceiling = float(np.quantile(np.asarray(bad), self.violation_quantile))
+            ordered = _ordered(self.sorted_violating, name, bad)
+            ceiling = quantile_sorted(ordered, self.violation_quantile)
             if ceiling > 0:
                 value = min(value, ceiling)
         return value
@@ -127,7 +149,32 @@ class CapacityEstimator:
         return len(self.sustained.get(name, ())) >= self.min_samples
 
     def capacities(self) -> dict[str, float]:
-        """Every signal with a known per-replica capacity."""
-        names = set(self.fallback) | set(self.sustained)
-        out = {n: self.capacity(n) for n in sorted(names)}
-        return {n: v for n, v in out.items() if v is not None}
+        """Every signal with a known per-replica capacity (computed once per state)."""
+        if self.caps_cache is None:
+            names = set(self.fallback) | set(self.sustained)
+            out = {n: self.capacity(n) for n in sorted(names)}
+            caps = {n: v for n, v in out.items() if v is not None}
+            object.__setattr__(self, "caps_cache", caps)
+            return dict(caps)
+        return dict(self.caps_cache)
+
+
+def _ordered(
+    books: Mapping[str, Sequence[float]], name: str, book: Sequence[float]
+) -> Sequence[float]:
+    """``book`` in ascending order: the kept copy, or sorted now (an estimator built by
+    hand, without `observe`)."""
+    kept = books.get(name)
+    return kept if kept is not None and len(kept) == len(book) else sorted(book)
+
+
+def _sorted_after(
+    kept: Sequence[float] | None, old: Sequence[float], new: Sequence[float], added: float
+) -> list[float]:
+    """The ascending copy of ``new`` = ``old`` + ``added`` minus what fell out of the
+    window: one insertion and one deletion, not a sort (``kept`` is ``old`` sorted)."""
+    ordered = list(kept) if kept is not None and len(kept) == len(old) else sorted(old)
+    insort(ordered, added)
+    for gone in old[: len(old) + 1 - len(new)]:
+        del ordered[bisect_left(ordered, gone)]
+    return ordered

@@ -11,7 +11,7 @@ state restarts from the next sample instead of extrapolating stale numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar, Protocol, Self
 
 from autoscaler.forecast.robust import (
@@ -21,6 +21,7 @@ from autoscaler.forecast.robust import (
     check_finite,
     check_positive,
     decay,
+    evolve,
 )
 
 
@@ -78,13 +79,13 @@ class Ewma:
             return self
         filt = self.filt if self.filt is not None else InnovationFilter(self.robust)
         if self.level is None or self.last_t is None or t - self.last_t > self.max_gap_s:
-            return replace(self, last_t=t, level=value, filt=replace(filt, run_sign=0))
+            return evolve(self, last_t=t, level=value, filt=evolve(filt, run_sign=0))
         dt = t - self.last_t
         innovation = value - self.level
         # A sample after a pause longer than tau stands for a stale level: not a spike.
         clipped = innovation if dt >= self.tau_s else filt.clip(t, dt, innovation, self.level)[0]
         level = max(0.0, self.level + decay(dt, self.tau_s) * clipped)
-        return replace(self, last_t=t, level=level, filt=filt.update(t, dt, innovation, self.level))
+        return evolve(self, last_t=t, level=level, filt=filt.update(t, dt, innovation, self.level))
 
     def predict(self, t: float, horizon_s: float) -> float | None:
         _check_horizon(horizon_s)
@@ -131,13 +132,13 @@ class Holt:
             return self
         filt = self.filt if self.filt is not None else InnovationFilter(self.robust)
         if self.level is None or self.last_t is None or t - self.last_t > self.max_gap_s:
-            return replace(
+            return evolve(
                 self,
                 last_t=t,
                 level=value,
                 trend_per_s=0.0,
                 last_clean=value,
-                filt=replace(filt, run_sign=0),
+                filt=evolve(filt, run_sign=0),
             )
         dt = t - self.last_t
         trend = self.trend_per_s if dt <= self.level_tau_s else 0.0
@@ -150,7 +151,7 @@ class Holt:
         # Slope of the level change, smoothed: T += beta * alpha * e / dt (Wright's
         # irregular-interval Holt); alpha/dt stays bounded as dt -> 0.
         trend += decay(dt, self.trend_tau_s) * alpha * clipped / dt
-        return replace(
+        return evolve(
             self,
             last_t=t,
             level=max(0.0, level),
@@ -242,7 +243,7 @@ class Seasonal:
             eps = self._eps(profile, visits)
             ratio = (clean + eps) / (p_now + eps)
             adjusted = (adjusted or Ewma(tau_s=self.base.level_tau_s)).update(t, ratio)
-        return replace(
+        return evolve(
             self,
             adjusted=adjusted,
             base=base,

@@ -81,11 +81,16 @@ def stabilize(
     down_cutoff = now - down.stabilization_window_s
     up_rec = recommendation
     down_rec = recommendation
-    for rec in history:
-        if rec.t > up_cutoff:
-            up_rec = min(up_rec, int(rec.value))
-        if rec.t > down_cutoff:
-            down_rec = max(down_rec, int(rec.value))
+    for rec in history:  # per target per tick over ~300 entries: no builtin calls
+        t = rec.t
+        if t > up_cutoff:
+            value = int(rec.value)
+            if value < up_rec:
+                up_rec = value
+        if t > down_cutoff:
+            value = int(rec.value)
+            if value > down_rec:
+                down_rec = value
     result = current
     if result < up_rec:
         result = up_rec

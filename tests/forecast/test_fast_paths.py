@@ -1,0 +1,95 @@
+"""The planner's fast paths (issue 16) compute exactly what the slow ones did: numpy's
+quantile, dataclasses.replace, capacities recomputed on every read."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from autoscaler.forecast.capacity import CapacityEstimator
+from autoscaler.forecast.models import Holt
+from autoscaler.forecast.robust import evolve, quantile_sorted
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_quantile_of_sorted_values_equals_numpy_bit_for_bit(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(400):
+        n = rng.randint(1, 80)
+        pool = [rng.uniform(0.0, 100.0) for _ in range(rng.randint(1, n))]
+        values = [rng.choice(pool) for _ in range(n)]  # duplicates included
+        q = rng.choice((0.0, 0.5, 0.9, 1.0, rng.random()))
+        expected = float(np.quantile(np.asarray(values), q))
+        assert quantile_sorted(sorted(values), q) == expected, (values, q)
+
+
+def test_quantile_of_nothing_is_an_error_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="values"):
+        quantile_sorted([], 0.9)
+
+
+def _numpy_capacity(est: CapacityEstimator, name: str) -> float | None:
+    """The capacity as computed before the fast path (np.quantile over the books)."""
+    threshold = est.fallback.get(name)
+    seen = est.sustained.get(name, ())
+    learned = (
+        float(np.quantile(np.asarray(seen), est.quantile)) if len(seen) >= est.min_samples else None
+    )
+    if learned is None and threshold is None:
+        return None
+    value = max(x for x in (learned, threshold) if x is not None)
+    bad = est.violating.get(name, ())
+    if len(bad) >= est.min_samples:
+        ceiling = float(np.quantile(np.asarray(bad), est.violation_quantile))
+        if ceiling > 0:
+            value = min(value, ceiling)
+    return value
+
+
+def test_capacity_over_sliding_windows_equals_numpy_quantiles() -> None:
+    rng = random.Random(7)
+    est = CapacityEstimator(fallback={"running": 40.0}, window=25, min_samples=5)
+    for i in range(600):
+        ready = rng.randint(1, 6)
+        running = round(rng.uniform(0.0, 60.0), 1) * ready  # ties on purpose
+        signals = {"running": running, "ttft_p95_s": rng.uniform(0.1, 0.9), "waiting": 2.0}
+        before = est
+        est = est.observe(float(i), ready, signals)
+        for name in ("running", "arrival_rate_per_s"):
+            assert est.capacity(name) == _numpy_capacity(est, name)
+        assert before.capacities() == {
+            n: v
+            for n in sorted(set(before.fallback) | set(before.sustained))
+            if (v := _numpy_capacity(before, n)) is not None
+        }
+    assert len(est.sustained["running"]) == 25
+    assert len(est.violating["running"]) == 25
+
+
+def test_a_hand_built_estimator_sorts_its_books_when_read() -> None:
+    books = {"running": (30.0, 10.0, 20.0)}
+    est = CapacityEstimator(sustained=books, violating=books, min_samples=3)
+    assert est.capacity("running") == _numpy_capacity(est, "running")
+
+
+def test_capacities_are_recomputed_after_each_observation() -> None:
+    est = CapacityEstimator(fallback={"running": 40.0}, min_samples=1)
+    assert est.capacities() == {"running": 40.0}
+    est = est.observe(1.0, 1, {"running": 50.0, "ttft_p95_s": 0.1})
+    assert est.capacities() == {"running": 50.0}
+    est.capacities()["running"] = 0.0  # callers get a copy
+    assert est.capacities() == {"running": 50.0}
+
+
+def test_evolve_equals_dataclasses_replace_and_leaves_the_original_alone() -> None:
+    model = Holt().update(0.0, 1.0).update(1.0, 3.0)
+    fast = evolve(model, level=7.0, last_t=2.0)
+    slow = dataclasses.replace(model, level=7.0, last_t=2.0)
+    assert fast == slow
+    assert model.level != 7.0
+    assert type(fast) is Holt
+    with pytest.raises(TypeError):
+        evolve(model, no_such_field=1.0)

@@ -13,6 +13,13 @@ match what users see in Grafana:
 Anything that cannot be computed (one scrape only, no observation in the window, no pod
 reporting the metric) is absent from the result, never 0.
 
+A window does not keep every scrape: rates and increases are measured from the oldest
+kept row, which is at most ``window_s / WINDOW_POINTS`` (5 s at 60 s) later than the
+oldest scrape inside the window, to the newest scrape (exact). A family that appears
+(or reappears) is measured from its first sight; one that disappears is forgotten; a
+histogram whose bounds change restarted (every bucket's count is an increase, new
+bounds from zero). Why and what it saves: docs/scale.md, "Memory".
+
 This module is also the one boundary where numbers enter: `snapshot_violation` checks a
 pod's page values and `signal_violation` a canonical signal (finite; counts, rates and
 latencies >= 0; fractions within [0, 1]). A pod that violates counts as unread (it can
@@ -24,14 +31,19 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from autoscaler.domain import FRACTION_SIGNALS
 from autoscaler.metrics.engines import EngineSnapshot
 from autoscaler.metrics.exposition import HistogramData
 
 DEFAULT_WINDOW_S = 60.0
+# A pod's window keeps about this many rows, so its start is at most window_s / 12 late
+# (5 s at 60 s); every scrape is still counted, only intermediate rows are dropped.
+WINDOW_POINTS = 12
 QUANTILES: tuple[tuple[str, str, float], ...] = (
     ("ttft_p50_s", "ttft", 0.50),
     ("ttft_p95_s", "ttft", 0.95),
@@ -131,167 +143,269 @@ _BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
 
 
 def _shared_bounds(bounds: tuple[float, ...]) -> tuple[float, ...]:
-    """One tuple object per distinct bucket layout, shared by every point of every pod."""
+    """One tuple object per distinct bucket layout, shared by every pod of every target."""
     if len(_BOUNDS) > 4096:  # layouts are few; never let a pathological page grow this
         _BOUNDS.clear()
     return _BOUNDS.setdefault(bounds, bounds)
 
 
-@dataclass(frozen=True, slots=True)
-class _Buckets:
-    """One histogram's cumulative counts at one point, aligned to ``bounds``."""
+@dataclass(frozen=True, slots=True, eq=False)
+class _Layout:
+    """What a row holds, in order: the counters, then every histogram's bucket counts.
 
-    bounds: tuple[float, ...]
-    counts: array[float]
+    One object per distinct page layout (`_layout_of` interns them), shared by every pod
+    of every target with that layout; ``rates`` and ``quantiles`` are the parts
+    `aggregate` reads, found once per layout instead of once per pod per tick."""
 
-    @classmethod
-    def of(cls, by_bound: Mapping[float, float]) -> _Buckets:
-        return cls(_shared_bounds(tuple(by_bound)), array("d", by_bound.values()))
-
-    def as_dict(self) -> dict[float, float]:
-        return dict(zip(self.bounds, self.counts, strict=True))
-
-
-# Which counters, then which histograms with which bounds, a point's values hold in order.
-_Layout = tuple[tuple[str, ...], tuple[tuple[str, tuple[float, ...]], ...]]
-_LAYOUTS: dict[_Layout, _Layout] = {}
+    counters: tuple[str, ...]
+    hists: tuple[tuple[str, tuple[float, ...]], ...]
+    spans: Mapping[str, tuple[int, int]]  # histogram -> its [start, end) in a row
+    width: int
+    rates: tuple[tuple[str, int], ...]  # (counter, index) of the counters in RATES
+    # (histogram, start, end, bounds, ascending) of the histograms in QUANTILES
+    quantiles: tuple[tuple[str, int, int, tuple[float, ...], bool], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class _Point:
-    """Reset-adjusted cumulative values at one scrape (monotonic across restarts), flat:
-    the counters then every histogram's bucket counts in one float array, in the order of
-    ``layout`` (one tuple shared by every point of the same page families). A pod keeps a
-    point per scrape over the window: as dicts that was ~200 KiB per pod for the vLLM V1
-    page at 1 s scrapes over 60 s, flat it is ~30 KiB."""
+_LAYOUTS: dict[object, _Layout] = {}
+_RATE_KEYS = frozenset(key for _, key in RATES)
+_QUANTILE_KEYS = frozenset(key for _, key, _ in QUANTILES)
 
-    t: float
-    layout: _Layout
-    values: array[float]
 
-    @classmethod
-    def make(
-        cls, t: float, counters: Mapping[str, float], buckets: Mapping[str, _Buckets]
-    ) -> _Point:
-        layout: _Layout = (tuple(counters), tuple((k, b.bounds) for k, b in buckets.items()))
+def _layout_of(snapshot: EngineSnapshot) -> _Layout:
+    counters = tuple(snapshot.counters)
+    hists = tuple((k, _shared_bounds(tuple(h.bounds))) for k, h in snapshot.histograms.items())
+    key = (counters, hists)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
         if len(_LAYOUTS) > 4096:
             _LAYOUTS.clear()
-        values = array("d", counters.values())
-        for b in buckets.values():
-            values.extend(b.counts)
-        return cls(t, _LAYOUTS.setdefault(layout, layout), values)
-
-    @property
-    def counters(self) -> dict[str, float]:
-        keys = self.layout[0]
-        return dict(zip(keys, self.values[: len(keys)], strict=True))
-
-    @property
-    def buckets(self) -> dict[str, _Buckets]:
-        out: dict[str, _Buckets] = {}
-        at = len(self.layout[0])
-        for key, bounds in self.layout[1]:
-            out[key] = _Buckets(bounds, self.values[at : at + len(bounds)])
+        spans: dict[str, tuple[int, int]] = {}
+        at = len(counters)
+        for k, bounds in hists:
+            spans[k] = (at, at + len(bounds))
             at += len(bounds)
-        return out
+        layout = _LAYOUTS[key] = _Layout(
+            counters,
+            hists,
+            spans,
+            at,
+            tuple((k, i) for i, k in enumerate(counters) if k in _RATE_KEYS),
+            tuple(
+                (k, *spans[k], bounds, all(a < b for a, b in pairwise(bounds)))
+                for k, bounds in hists
+                if k in _QUANTILE_KEYS
+            ),
+        )
+    return layout
 
 
-@dataclass(frozen=True, slots=True)
+def _matches(layout: _Layout, snapshot: EngineSnapshot) -> bool:
+    """Whether ``snapshot`` has ``layout`` (the usual case: checked without building it)."""
+    hists = snapshot.histograms
+    if len(hists) != len(layout.hists) or tuple(snapshot.counters) != layout.counters:
+        return False
+    for (key, bounds), (name, hist) in zip(layout.hists, hists.items(), strict=True):
+        if key != name or (hist.bounds is not bounds and hist.bounds != bounds):
+            return False
+    return True
+
+
+def _raw(snapshot: EngineSnapshot) -> array[float]:
+    values = array("d", snapshot.counters.values())
+    for hist in snapshot.histograms.values():
+        values.extend(hist.counts)
+    return values
+
+
+_Mapping = list[tuple[int, float]]  # per new position: (old position or -1: absent, factor)
+
+
+def _mapping(old: _Layout, new: _Layout) -> _Mapping:
+    """How a row of ``old`` becomes a row of ``new``: a family that is new is absent (NaN)
+    in older rows; a new bound of a histogram whose layout changed counts from zero
+    (0 x a value of the same family, so a row without that family stays NaN)."""
+    index = {name: i for i, name in enumerate(old.counters)}
+    out: _Mapping = [(index.get(name, -1), 1.0) for name in new.counters]
+    old_hists = dict(old.hists)
+    for key, bounds in new.hists:
+        before = old_hists.get(key)
+        if before is None:
+            out.extend([(-1, 1.0)] * len(bounds))
+            continue
+        start = old.spans[key][0]
+        at = {b: start + i for i, b in enumerate(before)}
+        out.extend((at[b], 1.0) if b in at else (start, 0.0) for b in bounds)
+    return out
+
+
+def _convert(row: array[float], mapping: _Mapping) -> array[float]:
+    return array("d", [row[i] * f if i >= 0 else math.nan for i, f in mapping])
+
+
 class PodHistory:
-    """One pod's latest snapshot and its adjusted points inside the window."""
+    """One pod's scrapes inside the window, as reset-adjusted cumulative rows.
 
-    snapshot: EngineSnapshot
-    t: float
-    points: tuple[_Point, ...]
+    A row holds every counter and bucket count of one scrape (flat floats in the order
+    of the pod's `_Layout`), adjusted across counter resets so it only grows: a rate is
+    (newest row - oldest row) / their time apart. Rows kept: the newest scrape (exact),
+    the first one after a (re)start or a change of families, and otherwise only as many
+    as keep every scrape in the window within ``resolution_s`` before a kept row; so a
+    window's start is at most ``resolution_s`` late (at 1 s scrapes over 60 s with the
+    default 5 s: ~12 rows instead of 61). ``snapshot`` keeps the newest scrape's engine
+    and gauges only (counters and buckets are in the newest row).
 
+    Mutable: `observe` updates a pod's history in place (its source owns it)."""
 
-def _counter_increase(prev: float, cur: float) -> float:
-    return cur - prev if cur >= prev else cur  # reset: the counter restarted from zero
+    __slots__ = (
+        "_cover_t",
+        "_pinned",
+        "complete_from",
+        "layout",
+        "offset",
+        "raw",
+        "rows",
+        "snapshot",
+        "t",
+        "times",
+    )
 
+    def __init__(self, snapshot: EngineSnapshot, t: float) -> None:
+        self.snapshot = EngineSnapshot(snapshot.engine, snapshot.gauges)
+        self.t = t
+        self.layout = _layout_of(snapshot)
+        self.raw = _raw(snapshot)  # the newest scrape's values as read (reset detection)
+        self.offset: array[float] | None = None  # row = raw + offset once a counter reset
+        self.times = array("d", [t])
+        self.rows: list[array[float]] = [self.raw]
+        self.complete_from = t  # rows older than this lack a family (NaN)
+        self._pinned = True  # the newest row is kept when the next scrape comes
+        self._cover_t = t  # the oldest scrape the newest row stands for
 
-def _histogram_increase(prev: HistogramData | None, cur: HistogramData) -> dict[float, float]:
-    current = dict(zip(cur.bounds, cur.counts, strict=True))
-    if prev is None:
-        return dict.fromkeys(current, 0.0)
-    before = dict(zip(prev.bounds, prev.counts, strict=True))
-    reset = before.keys() != current.keys() or any(current[b] < before[b] for b in current)
-    if reset:
-        return current
-    return {b: current[b] - before[b] for b in current}
+    def _add(
+        self, snapshot: EngineSnapshot, t: float, window_s: float, resolution_s: float
+    ) -> None:
+        raw = _raw(snapshot)
+        changed = not _matches(self.layout, snapshot)
+        if changed:
+            row = self._relayout(_layout_of(snapshot), raw, t)
+        elif any(map(float.__lt__, raw, self.raw)):
+            row = self._reset(raw)
+        elif self.offset is None:
+            row = raw  # no reset ever: the adjusted row is the page's values
+        else:
+            row = array("d", map(float.__add__, raw, self.offset))
+        self.raw = raw
+        self.snapshot = EngineSnapshot(snapshot.engine, snapshot.gauges)
+        self.t = t
+        times, rows = self.times, self.rows
+        if not self._pinned and t - self._cover_t <= resolution_s:
+            rows[-1] = row  # the scrapes the newest row stood for are within resolution of t
+            times[-1] = t
+        else:
+            rows.append(row)
+            times.append(t)
+            self._cover_t = t
+        self._pinned = changed
+        old = bisect_left(times, t - window_s, 0, len(times) - 1)
+        if old:
+            del times[:old]
+            del rows[:old]
+
+    def _reset(self, raw: array[float]) -> array[float]:
+        """A counter or histogram went down: it restarted, and counts on from the last row
+        (a histogram restarts as a whole: every bucket's count is an increase)."""
+        prev, last, layout = self.raw, self.rows[-1], self.layout
+        offset = self.offset if self.offset is not None else array("d", bytes(8 * layout.width))
+        for i in range(len(layout.counters)):
+            if raw[i] < prev[i]:
+                offset[i] = last[i]
+        for a, b in layout.spans.values():
+            if any(map(float.__lt__, raw[a:b], prev[a:b])):
+                offset[a:b] = last[a:b]
+        self.offset = offset
+        return array("d", map(float.__add__, raw, offset))
+
+    def _relayout(self, new: _Layout, raw: array[float], t: float) -> array[float]:
+        """Families came or went, or a histogram's bounds changed: convert the kept rows."""
+        old = self.layout
+        mapping = _mapping(old, new)
+        self.rows = [_convert(r, mapping) for r in self.rows]
+        last = self.rows[-1]
+        prev = _convert(self.raw, mapping)
+        if self.offset is None:
+            offset = array("d", bytes(8 * new.width))
+        else:
+            offset = _convert(self.offset, mapping)
+        for i in range(len(new.counters)):
+            if math.isnan(prev[i]):
+                offset[i] = 0.0  # first sight: no increase yet
+            elif raw[i] < prev[i]:
+                offset[i] = last[i]
+        old_hists = dict(old.hists)
+        for key, bounds in new.hists:
+            a, b = new.spans[key]
+            if key not in old_hists:
+                offset[a:b] = array("d", bytes(8 * (b - a)))
+            elif old_hists[key] != bounds or any(map(float.__lt__, raw[a:b], prev[a:b])):
+                offset[a:b] = last[a:b]  # a new layout is a restart (new bounds from zero)
+        if any(i < 0 for i, _ in mapping):
+            self.complete_from = t
+        self.layout = new
+        self.offset = offset if any(offset) else None
+        return array("d", map(float.__add__, raw, offset))
+
+    def start_of(self, at: int) -> int | None:
+        """The oldest row holding the family at position ``at``, unless only the newest does."""
+        rows = self.rows
+        if self.times[0] >= self.complete_from:
+            start = 0
+        else:
+            start = next(i for i, r in enumerate(rows) if not math.isnan(r[at]))
+        return start if start < len(rows) - 1 else None
 
 
 def observe(
-    history: PodHistory | None, snapshot: EngineSnapshot, t: float, window_s: float
+    history: PodHistory | None,
+    snapshot: EngineSnapshot,
+    t: float,
+    window_s: float,
+    resolution_s: float | None = None,
 ) -> PodHistory:
-    """Add one successful scrape of a pod taken at ``t``; drops points older than the window."""
-    if history is None or t <= history.t:
-        if history is not None and t < history.t:
-            raise ValueError(f"t={t}: scrape times must not go backwards (last {history.t})")
-        first = _Point.make(
-            t,
-            dict(snapshot.counters),
-            {
-                k: _Buckets.of(dict(zip(h.bounds, h.counts, strict=True)))
-                for k, h in snapshot.histograms.items()
-            },
-        )
-        return PodHistory(snapshot, t, (first,))
-    last = history.points[-1]
-    last_counters, last_buckets = last.counters, last.buckets
-    prev = history.snapshot
-    counters: dict[str, float] = {}
-    for key, value in snapshot.counters.items():
-        before = prev.counters.get(key)
-        base = last_counters.get(key)
-        if before is None or base is None:
-            counters[key] = value  # first sight of this counter: no increase yet
-        else:
-            counters[key] = base + _counter_increase(before, value)
-    buckets: dict[str, _Buckets] = {}
-    for key, hist in snapshot.histograms.items():
-        base_buckets = last_buckets.get(key)
-        increase = _histogram_increase(prev.histograms.get(key), hist)
-        if base_buckets is None:
-            buckets[key] = _Buckets.of(dict(zip(hist.bounds, hist.counts, strict=True)))
-        elif base_buckets.bounds == tuple(increase):  # the usual case: the same layout
-            added = array("d", map(float.__add__, base_buckets.counts, increase.values()))
-            buckets[key] = _Buckets(base_buckets.bounds, added)
-        else:
-            had = base_buckets.as_dict()
-            buckets[key] = _Buckets.of({b: had.get(b, 0.0) + inc for b, inc in increase.items()})
-    point = _Point.make(t, counters, buckets)
-    keep = [p for p in history.points if p.t >= t - window_s]
-    return PodHistory(snapshot, t, (*keep, point))
+    """Add one successful scrape of a pod taken at ``t``; drops rows older than the window.
+
+    Updates ``history`` in place and returns it (a new one for the first scrape, or a
+    second scrape at the same ``t``). ``resolution_s``: how late a window's start may be,
+    default ``window_s / WINDOW_POINTS``; 0 keeps every scrape."""
+    if history is not None and t < history.t:
+        raise ValueError(f"t={t}: scrape times must not go backwards (last {history.t})")
+    if history is None or t == history.t:
+        return PodHistory(snapshot, t)
+    resolution = window_s / WINDOW_POINTS if resolution_s is None else resolution_s
+    history._add(snapshot, t, window_s, resolution)
+    return history
 
 
 def pod_rates(history: PodHistory) -> dict[str, float]:
-    """Per-second counter rates over the window (needs two scrapes of the counter)."""
-    first, last = history.points[0], history.points[-1]
-    dt = last.t - first.t
-    if dt <= 0:
-        return {}
-    then = first.counters
-    return {key: (value - then[key]) / dt for key, value in last.counters.items() if key in then}
+    """Per-second counter rates over the window (needs two rows holding the counter)."""
+    rows, times = history.rows, history.times
+    out: dict[str, float] = {}
+    for i, key in enumerate(history.layout.counters):
+        start = history.start_of(i)
+        if start is not None:
+            out[key] = (rows[-1][i] - rows[start][i]) / (times[-1] - times[start])
+    return out
 
 
 def pod_bucket_increases(history: PodHistory) -> dict[str, dict[float, float]]:
     """Cumulative bucket increases over the window, by histogram and upper bound."""
-    first, last = history.points[0], history.points[-1]
-    if last.t <= first.t:
-        return {}
+    rows = history.rows
     out: dict[str, dict[float, float]] = {}
-    first_buckets = first.buckets
-    for key, now in last.buckets.items():
-        then = first_buckets.get(key)
-        if then is None:
-            continue
-        if then.bounds == now.bounds:
-            out[key] = dict(
-                zip(now.bounds, map(float.__sub__, now.counts, then.counts), strict=True)
-            )
-        else:
-            had = then.as_dict()
-            out[key] = {b: c - had.get(b, 0.0) for b, c in now.as_dict().items()}
+    for key, bounds in history.layout.hists:
+        a, b = history.layout.spans[key]
+        start = history.start_of(a)
+        if start is not None:
+            increases = map(float.__sub__, rows[-1][a:b], rows[start][a:b])
+            out[key] = dict(zip(bounds, increases, strict=True))
     return out
 
 
@@ -308,12 +422,17 @@ def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None
     if q > 1:
         return math.inf
     bounds = sorted(buckets)
+    return _quantile(q, bounds, [buckets[b] for b in bounds])
+
+
+def _quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) -> float | None:
+    """`histogram_quantile` for 0 <= q <= 1 over ascending ``bounds``."""
     if len(bounds) < 2 or bounds[-1] != math.inf:
         return None
     counts: list[float] = []
     running = 0.0
-    for b in bounds:
-        running = max(running, buckets[b])
+    for c in cumulative:
+        running = max(running, c)
         counts.append(running)
     observations = counts[-1]
     if observations <= 0:
@@ -361,18 +480,56 @@ def aggregate(histories: Sequence[PodHistory]) -> dict[str, float]:
     if usage:
         out["kv_cache_usage"] = sum(usage) / len(usage)
         out["kv_cache_usage_max"] = max(usage)
-    rates = [pod_rates(h) for h in histories]
+    rates: dict[str, float] = {}
+    # per histogram: each pod's (bounds, ascending, bucket increases), merged below
+    parts: dict[str, list[tuple[tuple[float, ...], bool, list[float]]]] = {}
+    for h in histories:
+        rows, times = h.rows, h.times
+        if len(rows) < 2:
+            continue
+        last = rows[-1]
+        complete = times[0] >= h.complete_from  # the usual case: the oldest row has it all
+        first, dt = rows[0], times[-1] - times[0]
+        for key, i in h.layout.rates:
+            if complete:
+                rate = (last[i] - first[i]) / dt
+            elif (start := h.start_of(i)) is not None:
+                rate = (last[i] - rows[start][i]) / (times[-1] - times[start])
+            else:
+                continue
+            rates[key] = rates.get(key, 0.0) + rate
+        for key, a, b, bounds, ascending in h.layout.quantiles:
+            then = first
+            if not complete:
+                start = h.start_of(a)
+                if start is None:
+                    continue
+                then = rows[start]
+            increases = list(map(float.__sub__, last[a:b], then[a:b]))
+            parts.setdefault(key, []).append((bounds, ascending, increases))
     for signal, key in RATES:
-        values = [r[key] for r in rates if key in r]
-        if values:
-            out[signal] = sum(values)
-    increases = [pod_bucket_increases(h) for h in histories]
-    merged_by_key: dict[str, dict[float, float]] = {}  # merged once per histogram
+        if key in rates:
+            out[signal] = rates[key]
+    merged_by_key: dict[str, tuple[Sequence[float], Sequence[float]] | None] = {}
     for signal, key, q in QUANTILES:
-        merged = merged_by_key.get(key)
-        if merged is None:
-            merged = merged_by_key[key] = merge_buckets(inc[key] for inc in increases if key in inc)
-        value = histogram_quantile(q, merged) if merged else None
+        if key not in merged_by_key:
+            merged_by_key[key] = _merge(parts.get(key, ()))
+        merged = merged_by_key[key]
+        value = _quantile(q, *merged) if merged else None
         if value is not None:
             out[signal] = value
     return out
+
+
+def _merge(
+    parts: Sequence[tuple[tuple[float, ...], bool, list[float]]],
+) -> tuple[Sequence[float], Sequence[float]] | None:
+    """``sum by (le)`` of the pods' increases: (ascending bounds, cumulative counts)."""
+    if not parts:
+        return None
+    bounds, ascending, _ = parts[0]
+    if ascending and all(p[0] is bounds for p in parts):  # one layout: add column-wise
+        return bounds, [sum(col) for col in zip(*(p[2] for p in parts), strict=True)]
+    merged = merge_buckets(dict(zip(p[0], p[2], strict=True)) for p in parts)
+    ordered = sorted(merged)
+    return ordered, [merged[b] for b in ordered]

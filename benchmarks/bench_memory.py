@@ -50,10 +50,11 @@ ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from baseline import history_014e8ae as history_before  # noqa: E402
 from baseline import signals_014e8ae as before  # noqa: E402
 
+from autoscaler.control import history as history_now  # noqa: E402
 from autoscaler.control.clock import FakeClock  # noqa: E402
-from autoscaler.control.history import DecisionHistory, ObservationRing  # noqa: E402
 from autoscaler.control.ports import SignalReading, TargetView  # noqa: E402
 from autoscaler.control.state import HISTORY_LEN, OBSERVATIONS_LEN  # noqa: E402
 from autoscaler.domain import Decision, Observation  # noqa: E402
@@ -73,6 +74,7 @@ POLICY = {  # bench_scale.py's
     "prediction": {"enabled": True},
 }
 IMPLEMENTATIONS: dict[str, ModuleType] = {"before": before, "now": now}
+HISTORIES: dict[str, ModuleType] = {"before": history_before, "now": history_now}
 Recorded = list[tuple[Observation, Decision]]
 # deepcopy of a planner (its read-only mappings): copy the mapping, wrap it again
 copyreg.pickle(MappingProxyType, lambda m: (MappingProxyType, (dict(m),)))
@@ -237,32 +239,36 @@ def clone(d: Decision) -> Decision:
     )
 
 
-def build_histories(recorded: Recorded) -> tuple[ObservationRing, DecisionHistory]:
-    ring, decisions = ObservationRing(OBSERVATIONS_LEN), DecisionHistory(HISTORY_LEN)
+def build_histories(
+    recorded: Recorded, impl: ModuleType = history_now, part: str = "both"
+) -> tuple[Any, Any]:
+    """A target's full histories from the recorded ticks (``part``: both, or one of them)."""
+    ring = impl.ObservationRing(OBSERVATIONS_LEN) if part != "decisions" else None
+    decisions = impl.DecisionHistory(HISTORY_LEN) if part != "observations" else None
     for obs, decision in recorded:
-        ring.append(obs)  # numbers are copied into the ring's columns
-        decisions.append(clone(decision))
+        if ring is not None:
+            ring.append(obs)  # numbers are copied into the ring's columns
+        if decisions is not None:
+            decisions.append(clone(decision))
     return ring, decisions
 
 
-def history_memory(recorded: Recorded, planner: object, targets: int) -> dict[str, float]:
-    used, kept = traced_bytes(lambda: [build_histories(recorded) for _ in range(targets)])
+def history_memory(recorded: Recorded, planner: object, targets: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, impl in HISTORIES.items():
+        out[name] = {}
+        for part in ("observations", "decisions"):
+            used, kept = traced_bytes(
+                lambda impl=impl, part=part: [
+                    build_histories(recorded, impl, part) for _ in range(targets)
+                ]
+            )
+            del kept
+            out[name][f"{part}_bytes_per_target"] = used / targets
+    used, kept = traced_bytes(lambda: [copy.deepcopy(planner) for _ in range(targets)])
     del kept
-    obs_used, kept = traced_bytes(
-        lambda: [
-            [r.append(o) for o, _ in recorded] and r
-            for r in (ObservationRing(OBSERVATIONS_LEN) for _ in range(targets))
-        ]
-    )
-    del kept
-    planner_used, kept = traced_bytes(lambda: [copy.deepcopy(planner) for _ in range(targets)])
-    del kept
-    return {
-        "observations_bytes_per_target": obs_used / targets,
-        "decisions_bytes_per_target": (used - obs_used) / targets,
-        "histories_bytes_per_target": used / targets,
-        "planner_bytes_per_target": planner_used / targets,
-    }
+    out["planner_bytes_per_target"] = used / targets
+    return out
 
 
 # ----------------------------------------------------------------------------------- RSS
@@ -288,7 +294,7 @@ def rss_child(impl_name: str, targets: int) -> None:
         for k in range(int(WINDOW_S) + 10):
             for p in range(POD_PER_TARGET):
                 pods[p] = impl.observe(pods[p], page(t * POD_PER_TARGET + p, k), float(k), WINDOW_S)
-        kept.append((pods, build_histories(recorded), copy.deepcopy(planner)))
+        kept.append((pods, build_histories(recorded, HISTORIES[impl_name]), copy.deepcopy(planner)))
     gc.collect()
     print(json.dumps({"rss_base_mb": base, "rss_full_mb": rss_mb()}))
 
@@ -357,14 +363,45 @@ def main() -> None:
         )
     print(table(rows))
     print()
-    per_target = [["per target (full)", "KB", "MB at 1,000 targets"]]
-    for key in ("observations", "decisions", "planner"):
-        b = hist[f"{key}_bytes_per_target"]
-        per_target.append([key, f"{b / 1000:.1f}", f"{b * 1000 / 1e6:.1f}"])
+    per_target = [["per target (full)", "before KB", "now KB", "now, MB at 1,000 targets"]]
+    for part in ("observations", "decisions"):
+        key = f"{part}_bytes_per_target"
+        b, n = hist["before"][key], hist["now"][key]
+        per_target.append([part, f"{b / 1000:.1f}", f"{n / 1000:.1f}", f"{n * 1000 / 1e6:.1f}"])
+    p = hist["planner_bytes_per_target"]
+    per_target.append(
+        ["planner state (not owned here)", f"{p / 1000:.1f}", "same", f"{p / 1e3:.1f}"]
+    )
+    windows = {name: POD_PER_TARGET * mem[name]["bytes_per_pod"] for name in IMPLEMENTATIONS}
+    per_target.append(
+        [
+            "windows, 8 pods",
+            f"{windows['before'] / 1000:.1f}",
+            f"{windows['now'] / 1000:.1f}",
+            f"{windows['now'] * 1000 / 1e6:.1f}",
+        ]
+    )
+    total = {
+        name: windows[name]
+        + p
+        + hist[name]["observations_bytes_per_target"]
+        + hist[name]["decisions_bytes_per_target"]
+        for name in IMPLEMENTATIONS
+    }
+    per_target.append(
+        [
+            "**total**",
+            f"{total['before'] / 1000:.1f}",
+            f"{total['now'] / 1000:.1f}",
+            f"{total['now'] * 1000 / 1e6:.1f}",
+        ]
+    )
     print(table(per_target))
     if rss_rows:
         print()
-        rss_table = [["RSS, fresh process", "imports only (MB)", f"+ {args.targets} x 8 full (MB)"]]
+        rss_table = [
+            ["RSS, fresh process", "imports + 1 target (MB)", f"+ {args.targets} x 8 full (MB)"]
+        ]
         for name, r in rss_rows.items():
             rss_table.append(
                 [f"windows {name}", f"{r['rss_base_mb']:.1f}", f"{r['rss_full_mb']:.1f}"]
@@ -376,6 +413,7 @@ def main() -> None:
         "windows_memory": mem,
         "windows_cpu": cpu,
         "per_target": hist,
+        "per_target_total_bytes": total,
         "rss": rss_rows,
         "rss_targets": args.targets,
     }

@@ -83,9 +83,9 @@ def test_planner_numbers_kept_on_the_newest_decision_and_change_points_only() ->
         {"forecast.horizon_s": 93.0},
     ]
     assert [d.t for d in history] == [1, 2, 3, 4]
-    # A steady target's repeated message and metrics are stored once.
+    # A steady target's repeated message is stored once.
     assert history[-1].message is history[-2].message
-    assert history[-1].metrics is history[-2].metrics
+    assert history[-1].metrics == history[-2].metrics
     assert history[-1] == decision(4, 9, 9, {"forecast.horizon_s": 93.0})
 
 
@@ -95,3 +95,49 @@ def test_decision_history_is_bounded() -> None:
         history.append(decision(t, 1, 1, {}))
     assert [d.t for d in history] == [2, 3, 4]
     assert history.maxlen == 3
+
+
+def test_decisions_read_back_as_appended_with_none_values_limits_and_flags() -> None:
+    odd = Decision(
+        t=7.25,
+        current_replicas=3,
+        desired_replicas=5,
+        reason=Reason.SCALE_UP,
+        message="scale up",
+        active=False,
+        metrics=(
+            MetricRecommendation("running", "AverageValue", 42.0, None, None),
+            MetricRecommendation("ttft_p95_s", "Value", 0.5, 0.75, 5, 0.5, 4, True, True),
+        ),
+        numbers={"demand_replicas": 4.5},
+        limits=(Reason.SCALE_UP, Reason.STEADY),
+        panic=True,
+    )
+    plain = decision(8, 5, 5, {})
+    history = DecisionHistory(maxlen=4)
+    for d in (odd, plain, odd, plain, odd):  # wraps: the oldest slot is reused
+        history.append(d)
+    assert list(history) == [plain, odd, plain, odd]
+    assert history[1:3] == [odd, plain]
+    assert history[-1].numbers == {"demand_replicas": 4.5}  # the newest keeps its numbers
+    assert history[0].numbers == {}  # a steady one loses them once it is not the newest
+    assert history[1].numbers == {"demand_replicas": 4.5}  # a change point keeps them
+    with pytest.raises(IndexError):
+        history[4]
+
+
+def test_distinct_messages_are_not_kept_once_their_decisions_are_gone() -> None:
+    history = DecisionHistory(maxlen=2)
+    for t in range(200):
+        message = f"hold at 1; running={t}"
+        history.append(Decision(t, 1, 1, Reason.STEADY, message, active=True))
+    assert [d.message for d in history] == ["hold at 1; running=198", "hold at 1; running=199"]
+    assert len(history._interned) <= 4 * 2 + 64 + 1
+
+
+def test_a_replica_count_beyond_32_bits_widens_its_column_instead_of_failing() -> None:
+    ring = ObservationRing(2)
+    ring.append(obs(1, {}))
+    big = Observation(t=2, current_replicas=3, ready_replicas=2, capacity_max_replicas=2**40)
+    ring.append(big)
+    assert ring[-1] == big and ring[0] == obs(1, {})

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
+from prometheus_client import Gauge
 
 from autoscaler.api.app import create_app
 from autoscaler.api.metrics import ControllerMetrics
@@ -37,6 +38,7 @@ from autoscaler.kube.capacity import GpuCapacity
 from autoscaler.kube.config import KubeClients
 from autoscaler.kube.events import EventRecorder
 from autoscaler.kube.leader import LeaderElector, LeaseConfig
+from autoscaler.kube.sharding import ShardConfig, ShardManager, ShardStatus
 from autoscaler.kube.warmpool import WarmPoolManager
 from autoscaler.logging import get_logger
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
@@ -91,11 +93,13 @@ class Controller:
     http: HttpServerHandle | None = None
     grpc: GrpcServerHandle | None = None
     elector: LeaderElector | None = None
+    shards: ShardManager | None = None  # instead of `elector` when settings.shards > 1
     loop: ControlLoop | None = None
     store: PolicyStore | None = None
     cache: ClusterCache | None = None
     cluster: KubeCluster | None = None
     _tasks: TaskGroup = field(default_factory=lambda: TaskGroup("controller"))
+    _shards_held: Gauge | None = None
     _closers: list[Any] = field(default_factory=list)
 
     def _store(self) -> tuple[PolicyStore, StatusWriterPort | None]:
@@ -129,6 +133,35 @@ class Controller:
         self.metrics.is_leader.set(1.0 if leader else 0.0)
         log.info("leadership changed", identity=self.identity, leader=leader)
 
+    def _on_shards_change(self, status: ShardStatus) -> None:
+        leader = bool(status.writable)
+        if leader != self.state.is_leader:
+            log.info("leadership changed", identity=self.identity, leader=leader)
+        self.state.is_leader = leader
+        self.state.leadership = status.as_dict()
+        self.metrics.is_leader.set(1.0 if leader else 0.0)
+        if self._shards_held is None:  # registered only when sharded (golden /metrics)
+            self._shards_held = Gauge(
+                "llm_autoscaler_shards_held",
+                "Shard Leases this instance holds (settings.shards > 1).",
+                registry=self.metrics.registry,
+            )
+        self._shards_held.set(len(status.held))
+        log.info(
+            "shards changed",
+            identity=self.identity,
+            held=list(status.held),
+            writable=len(status.writable),
+            members=len(status.members),
+            blocked=status.blocked,
+        )
+
+    def _reports_invalid(self) -> bool:
+        """Who writes validation failures: the leader, or the holder of shard 0."""
+        if self.shards is not None:
+            return self.shards.writable(0)
+        return self.state.is_leader
+
     async def start(self) -> None:
         s = self.settings
         store, status = self._store()
@@ -138,16 +171,32 @@ class Controller:
         clients = KubeClients.split(self.api)
         self._closers.append(clients.close)
         leader: LeaderPort = AlwaysLeader()
-        if s.leader_election:
+        timings = {
+            "lease_duration_s": s.lease_duration_s,
+            "renew_deadline_s": s.lease_duration_s * 2 / 3,
+            "retry_period_s": max(s.lease_duration_s / 7.5, 0.1),
+        }
+        if s.leader_election and s.shards > 1:
+            self.shards = ShardManager(
+                clients.lease,
+                ShardConfig(
+                    namespace=_lease_namespace(s),
+                    shards=s.shards,
+                    prefix=s.shard_lease_prefix,
+                    legacy_lease=s.lease_name,
+                    **timings,
+                ),
+                self.identity,
+                watch_api=clients.watch,
+            )
+            self.shards.start()
+            self._closers.append(self.shards.stop)
+            leader = self.shards
+            self._on_shards_change(self.shards.status())
+        elif s.leader_election:
             self.elector = LeaderElector(
                 clients.lease,
-                LeaseConfig(
-                    namespace=_lease_namespace(s),
-                    name=s.lease_name,
-                    lease_duration_s=s.lease_duration_s,
-                    renew_deadline_s=s.lease_duration_s * 2 / 3,
-                    retry_period_s=max(s.lease_duration_s / 7.5, 0.1),
-                ),
+                LeaseConfig(namespace=_lease_namespace(s), name=s.lease_name, **timings),
                 self.identity,
             )
             leader = self.elector
@@ -190,6 +239,8 @@ class Controller:
         )
         if self.elector is not None:
             self._tasks.spawn("leader-election", self.elector.run(self._on_leader_change))
+        if self.shards is not None:
+            self._tasks.spawn("shard-leases", self.shards.run(self._on_shards_change))
         self._tasks.spawn("policy-watch", self._follow(store))
         if isinstance(store, CrdPolicyStore):
             self._tasks.spawn("invalid-report", self._report_invalid(store, recorder))
@@ -215,7 +266,7 @@ class Controller:
             return await recorder.emit_on(involved, reason, message, warning=True)
 
         while True:
-            if self.state.is_leader:
+            if self._reports_invalid():
                 try:
                     await store.report_invalid(warn)
                 except AutoscalerError as err:
@@ -228,6 +279,9 @@ class Controller:
         if self.elector is not None:
             with contextlib.suppress(Exception):
                 await self.elector.release()
+        if self.shards is not None:
+            with contextlib.suppress(Exception):
+                await self.shards.release_all()
         for close in reversed(self._closers):
             with contextlib.suppress(Exception):
                 await close()

@@ -28,9 +28,13 @@ def configure_logging(
 ) -> None:
     """Configure structlog and the stdlib root logger once, to stderr (or ``stream``:
     the demo sends its logs to a file so the terminal shows only its table)."""
+    from autoscaler.errors import ConfigError
     from autoscaler.settings import Settings
 
-    settings = Settings()
+    try:
+        settings = Settings.load()
+    except ConfigError:  # the command reports it (field, value, rule); log with defaults
+        settings = Settings.model_construct()
     chosen = fmt or settings.log_format
     lvl = (level or settings.log_level).upper()
     if chosen == "auto":

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -65,6 +66,23 @@ class _FileSource(PydanticBaseSettingsSource):
         return read_config_file(path) if path else {}
 
 
+MAX_SHARDS = 1024
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _problems(err: ValidationError) -> list[str]:
+    """``field: value: rule`` per error (the field path joined with ``.``)."""
+    out = []
+    for e in err.errors():
+        rule = str(e["msg"]).removeprefix("Value error, ")
+        if not e["loc"]:  # a rule across fields: its message names them and their values
+            out.append(rule)
+            continue
+        where = ".".join(str(p) for p in e["loc"])
+        out.append(f"{where}: {e.get('input')!r}: {rule}")
+    return out
+
+
 class Settings(BaseSettings):
     """Controller process settings (policies live in the policy store, not here)."""
 
@@ -96,9 +114,48 @@ class Settings(BaseSettings):
     # ``namespace``, else "default". The shipped Role grants Leases only in llm-autoscaler.
     lease_namespace: str | None = None
     lease_duration_s: float = Field(default=15.0, gt=0)
+    # Sharded leadership (docs/architecture.md "Beyond one process"): 1 keeps the single
+    # Lease `lease_name`; N > 1 splits the targets over N shard Leases
+    # ``<shard_lease_prefix>-shard-<k>`` held by whichever replicas are alive.
+    shards: int = 1
+    shard_lease_prefix: str = "llm-autoscaler"
     scrape_timeout_s: float = Field(default=2.0, gt=0)
     scrape_concurrency: int = Field(default=64, ge=1)
     prometheus_url: str | None = None
+
+    @field_validator("shards")
+    @classmethod
+    def _check_shards(cls, v: int) -> int:
+        if not 1 <= v <= MAX_SHARDS:
+            raise ValueError(f"must be between 1 (one leader Lease) and {MAX_SHARDS} shard Leases")
+        return v
+
+    @field_validator("shard_lease_prefix")
+    @classmethod
+    def _check_prefix(cls, v: str) -> str:
+        if not DNS_LABEL.match(v) or len(v) > 40:
+            raise ValueError(
+                "must be a DNS label (lowercase letters, digits, '-') of at most 40 characters"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _check_sharding(self) -> Settings:
+        if self.shards > 1 and not self.leader_election:
+            raise ValueError(
+                f"shards={self.shards} needs leader_election true (the shard Leases are "
+                "the leader election); use shards=1 without leader election"
+            )
+        return self
+
+    @classmethod
+    def load(cls, **overrides: Any) -> Settings:
+        """Settings from the environment and the config file, with ``overrides`` (CLI
+        flags) on top; every invalid value is a `ConfigError` naming field, value and rule."""
+        try:
+            return cls(**overrides)
+        except ValidationError as err:
+            raise ConfigError("invalid settings", problems=_problems(err)) from None
 
     @classmethod
     def settings_customise_sources(

@@ -45,7 +45,13 @@ def health_router(ctx: ApiContext) -> APIRouter:
                 await store.list()
         except Exception as err:  # any store failure means not ready; reported, not raised
             problems.append(f"policy store: {type(err).__name__}: {err}")
-        body = {"status": "ok" if not problems else "not-ready", "problems": problems}
+        body: dict[str, object] = {
+            "status": "ok" if not problems else "not-ready",
+            "problems": problems,
+            "leader": state.is_leader,
+        }
+        if state.leadership is not None:  # sharded: which shards this replica holds
+            body["leadership"] = state.leadership
         return SafeJSONResponse(body, status_code=200 if not problems else 503)
 
     @router.get(

@@ -39,6 +39,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(llm-autoscaler), where the shipped Role grants Leases",
     )
     p.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        help="split the targets over this many shard Leases held by whichever replicas "
+        "are alive (1: one leader Lease, as before; e.g. 64 for several replicas; "
+        "default: AUTOSCALER_SHARDS, else 1); every replica must use the same number",
+    )
+    p.add_argument(
         "--http-port",
         type=int,
         default=None,
@@ -64,7 +72,9 @@ async def _main(args: argparse.Namespace) -> int:
         overrides["namespace"] = args.namespace
     if args.lease_namespace:
         overrides["lease_namespace"] = args.lease_namespace
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    if args.shards is not None:
+        overrides["shards"] = args.shards
+    settings = Settings.load(**overrides)  # every bad value: field, value and rule
     if args.http_port is not None:
         settings.http.port = args.http_port
     if args.grpc_port is not None:

@@ -240,7 +240,10 @@ class ControlLoop:
             prev = initial_state(obs.current_replicas, now)  # initial recommendation
         decision, new_state = decide(spec.policy, obs, prev, now)
 
-        can_write = self.leader.is_leader and spec.mode == "direct" and not self.dry_run
+        # Only the holder of the target's Lease writes anything for it (replicas, warm
+        # pool, status, Events); the others decide and publish.
+        holder = self.leader.can_write(ref)
+        can_write = holder and spec.mode == "direct" and not self.dry_run
         if view.owner_conflict is not None and spec.mode == "direct":
             st.condition = f"OwnershipConflict: {view.owner_conflict}"
             can_write = False
@@ -265,7 +268,8 @@ class ControlLoop:
                 },
             )
         try:  # every tick: the recorder decides what is worth an Event or a status write
-            await self.cluster.record(spec, decision, applied)
+            if holder:
+                await self.cluster.record(spec, decision, applied)
         except AutoscalerError as err:
             log.warning("recording decision failed", target=str(ref), error=str(err))
         if applied:

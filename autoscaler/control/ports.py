@@ -74,6 +74,11 @@ class LeaderPort(Protocol):
     @property
     def is_leader(self) -> bool: ...
 
+    def can_write(self, ref: TargetRef) -> bool:
+        """This instance may write for ``ref`` now (scale, warm pool, status, Events): the
+        leader Lease, or with sharding the Lease of the target's shard."""
+        ...
+
 
 class DecisionObserver(Protocol):
     def observe_decision(self, ref: TargetRef, decision: Decision) -> None: ...
@@ -100,4 +105,7 @@ class AlwaysLeader:
 
     @property
     def is_leader(self) -> bool:
+        return True
+
+    def can_write(self, ref: TargetRef) -> bool:
         return True

@@ -88,6 +88,10 @@ class LeaderElector:
             and self._clock() - self._renewed_at < self.config.renew_deadline_s
         )
 
+    def can_write(self, ref: object) -> bool:
+        """One Lease for every target: the leader writes them all."""
+        return self.is_leader
+
     @property
     def holder(self) -> str | None:
         return None if self._observed is None else self._observed[0]

@@ -47,6 +47,14 @@ REQUIRED_RULES: tuple[Rule, ...] = (
     _r("", "nodes", "list watch", "informer: allocatable GPUs"),
     _r("", "events", "create", "an Event on the target for every scale change"),
     _r("coordination.k8s.io", "leases", "get create update", "leader election", "lease"),
+    _r(
+        "coordination.k8s.io",
+        "leases",
+        "list watch delete",
+        "sharded leadership: one Lease informer (members, shard holders); a replica's "
+        "member Lease deleted on shutdown",
+        "lease",
+    ),
     _r("scheduling.k8s.io", "priorityclasses", "get create", "warm-pool PriorityClasses"),
     _r("autoscaling", "horizontalpodautoscalers", "list", "refuse to fight an HPA"),
     _r("keda.sh", "scaledobjects", "list", "refuse to fight a ScaledObject"),

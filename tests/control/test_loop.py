@@ -73,6 +73,9 @@ class FakeSignals:
 class NotLeader:
     is_leader = False
 
+    def can_write(self, ref: TargetRef) -> bool:
+        return False
+
 
 def make(
     policy: dict[str, Any] | None = None, mode: str = "direct", **kw: Any
@@ -119,11 +122,14 @@ async def test_process_wide_dry_run_never_writes() -> None:
     assert d.desired_replicas == 4 and cluster.writes == []
 
 
-async def test_follower_never_writes() -> None:
-    loop, cluster, signals, _, _ = make(leader=NotLeader())
+async def test_follower_never_writes_replicas_status_or_events() -> None:
+    loop, cluster, signals, state, _ = make(leader=NotLeader())
     signals.values = {"waiting": 16}
-    await loop.tick()
+    [d] = await loop.tick()
     assert cluster.writes == []
+    assert cluster.records == []  # no status write, no Event: the holder records
+    status = state.status(REF)
+    assert status is not None and status.last_decision == d  # but it decides and publishes
 
 
 async def test_refuses_to_fight_an_hpa_owning_the_target() -> None:

@@ -1,0 +1,148 @@
+"""`llm-autoscaler run`'s composition with ``shards > 1``: three controllers split 20
+targets against the local Kubernetes API (real sockets, real short time: a 1.5 s Lease),
+report their shards on /readyz and /metrics, and hand a stopped one's shards over; with
+``shards = 1`` nothing changes: one Lease named ``llm-autoscaler-leader``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+import httpx
+import pytest
+
+from autoscaler.app import Controller
+from autoscaler.errors import ConfigError
+from autoscaler.kube.config import api_client_for
+from autoscaler.kube.localapi.server import LocalKubeAPI
+from autoscaler.settings import Settings
+from tests.support.waiting import until
+from tests.support.workloads import add_llm_target, controller_settings, served_page
+
+PAGE = """# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m",engine="0"} 20
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m",engine="0"} 10
+"""
+TARGETS = 20
+SHARDS = 8
+
+
+@pytest.fixture
+async def fleet() -> AsyncIterator[LocalKubeAPI]:
+    async with served_page(PAGE) as port, LocalKubeAPI() as kube:
+        for t in range(TARGETS):
+            add_llm_target(kube, f"m{t}", metrics_port=port)
+        yield kube
+
+
+def writable(ctls: Sequence[Controller]) -> list[int]:
+    out: list[int] = []
+    for c in ctls:
+        assert c.shards is not None
+        out.extend(c.shards.status().writable)
+    return sorted(out)
+
+
+def all_scaled(kube: LocalKubeAPI) -> bool:
+    deps = kube.list_objects("deployments", "llm", group="apps")
+    return len(deps) == TARGETS and all(d["spec"]["replicas"] == 4 for d in deps)
+
+
+async def test_three_sharded_controllers_split_the_targets_and_take_over_a_stopped_ones(
+    fleet: LocalKubeAPI,
+) -> None:
+    apis = [api_client_for(fleet.url) for _ in range(3)]
+    ctls = [
+        Controller(controller_settings(shards=SHARDS), api, identity=who)
+        for api, who in zip(apis, ("a", "b", "c"), strict=True)
+    ]
+    try:
+        for c in ctls:
+            await c.start()
+        await until(lambda: writable(ctls) == list(range(SHARDS)), 20, "every shard, once")
+        await until(lambda: all_scaled(fleet), 20, "every target scaled to 4")
+        # Each target was written once (2 -> 4), by whichever replica holds its shard.
+        patches = [c for c in fleet.calls if c.resource == "deployments/scale"]
+        assert len([p for p in patches if p.verb == "patch"]) == TARGETS
+        busy = [c for c in ctls if c.shards is not None and c.shards.status().writable]
+        assert len(busy) >= 2, "the shards are split, not all on one replica"
+        a = ctls[0]
+        assert a.http is not None
+        async with httpx.AsyncClient(base_url=a.http.url) as http:
+            ready = (await http.get("/readyz")).json()
+            metrics = (await http.get("/metrics")).text
+        assert a.shards is not None
+        assert ready["leadership"]["shards"] == SHARDS
+        assert ready["leadership"]["held"] == list(a.shards.status().held)
+        assert sorted(ready["leadership"]["members"]) == ["a", "b", "c"]
+        assert f"llm_autoscaler_shards_held {float(len(a.shards.held))}" in metrics
+
+        leaving = busy[0]
+        await leaving.stop()  # releases its shards: the others take them at once
+        rest = [c for c in ctls if c is not leaving]
+        await until(lambda: writable(rest) == list(range(SHARDS)), 10, "the stopped one's shards")
+        assert leaving.shards is not None and leaving.shards.status().held == ()
+    finally:
+        for c in ctls:
+            await c.stop()
+        for api in apis:
+            await api.close()
+    leases = {
+        o["metadata"]["name"]
+        for o in fleet.list_objects("leases", "llm", group="coordination.k8s.io")
+    }
+    assert leases == {f"llm-autoscaler-shard-{k}" for k in range(SHARDS)}  # members deleted
+    for k in range(SHARDS):
+        lease = fleet.get("leases", "llm", f"llm-autoscaler-shard-{k}", "coordination.k8s.io")
+        assert lease is not None and lease["spec"]["holderIdentity"] == ""  # all released
+
+
+async def test_one_shard_keeps_the_single_leader_lease(fleet: LocalKubeAPI) -> None:
+    api = api_client_for(fleet.url)
+    ctl = Controller(controller_settings(shards=1), api, identity="a")
+    try:
+        await ctl.start()
+        await until(lambda: ctl.state.is_leader, 10, "leadership")
+        assert ctl.shards is None and ctl.elector is not None
+        assert ctl.state.leadership is None
+    finally:
+        await ctl.stop()
+        await api.close()
+    leases = [
+        o["metadata"]["name"]
+        for o in fleet.list_objects("leases", "llm", group="coordination.k8s.io")
+    ]
+    assert leases == ["llm-autoscaler-leader"]
+    lease_calls = {c.verb for c in fleet.calls if c.resource == "leases"}
+    assert lease_calls <= {"get", "create", "update"}  # no Lease list/watch: as before
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"shards": 0}, "shards: 0: must be between 1"),
+        ({"shards": 5000}, "shards: 5000: must be between 1"),
+        ({"shards": 4, "leader_election": False}, "shards=4 needs leader_election true"),
+        ({"shard_lease_prefix": "Not_A_Label"}, "shard_lease_prefix: 'Not_A_Label': must be"),
+    ],
+)
+def test_bad_shard_settings_name_field_value_and_rule(
+    overrides: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        Settings.load(**overrides)
+    assert message in str(err.value)
+
+
+def test_the_shards_flag_and_env_var_go_through_the_same_validation(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from autoscaler.cli import main
+
+    assert main(["run", "--shards", "0", "--kubeconfig", "/nonexistent"]) == 1
+    assert "shards: 0: must be between 1" in capsys.readouterr().err
+    monkeypatch.setenv("AUTOSCALER_SHARDS", "-3")
+    assert main(["run", "--kubeconfig", "/nonexistent"]) == 1
+    assert "shards: '-3': must be between 1" in capsys.readouterr().err
+    monkeypatch.setenv("AUTOSCALER_SHARDS", "64")
+    assert Settings.load().shards == 64

@@ -2,6 +2,11 @@
 
 Run: nice -n 10 .venv/bin/python benchmarks/bench_scale.py --targets 10 100 [--duration 60]
 (writes benchmarks/results/scale.json; one row per N, merged with the rows already there)
+Before/after: --baseline REV [--rounds 2] measures that git revision's code (extracted
+with ``git archive``) and this tree alternately in fresh processes, the median of each
+side by side (writes benchmarks/results/scale_vs_baseline.json). The controller runs on
+the event loop and GC settings of `llm-autoscaler run` (`autoscaler.commands.run`:
+``run_loop``, ``tune_gc``) when the code measured has them, else on asyncio's defaults.
 
 The measured process runs the same composition as ``llm-autoscaler run`` (the
 `Controller`: CRD policy store + watch, leader election, informers, pod scraping, the
@@ -24,12 +29,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
+import io
 import json
+import math
 import multiprocessing
 import os
 import resource
 import statistics
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -195,14 +205,32 @@ async def measure(
         import tracemalloc
 
         tracemalloc.start()
+    gc_time = [0.0, 0.0, 0.0]
+    gc_count = [0, 0, 0]
+    gc_start = [0.0]
+    gc_found = [0, 0, 0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        else:
+            gc_time[info["generation"]] += time.perf_counter() - gc_start[0]
+            gc_count[info["generation"]] += 1
+            gc_found[info["generation"]] += info["collected"]
+
+    gc.callbacks.append(on_gc)
     api = api_client_for(url)
     ctl = Controller(settings, api, identity="bench", metrics=metrics)
     t0 = time.monotonic()
     await ctl.start()
+    tune_gc = _run_module_attr("tune_gc")
+    if tune_gc is not None:  # what `llm-autoscaler run` does once started (if this code has it)
+        tune_gc()
     samples: list[dict[str, float]] = []
     try:
         await asyncio.sleep(args.warmup)
         start_t, start_cpu, start_dec = time.monotonic(), cpu_s(), metrics.decided
+        start_gc, start_gc_n = list(gc_time), list(gc_count)
         start_calls = api_calls()
         end_t = start_t + args.duration
         while (now := time.monotonic()) < end_t:
@@ -218,6 +246,8 @@ async def measure(
         cpu = cpu_s() - start_cpu
         decisions = metrics.decided - start_dec
         end_calls = api_calls()
+        gc_s = [b - a for a, b in zip(start_gc, gc_time, strict=True)]
+        gc_n = [b - a for a, b in zip(start_gc_n, gc_count, strict=True)]
         samples.append(
             {
                 "t_s": round(time.monotonic() - t0, 1),
@@ -232,6 +262,7 @@ async def measure(
             top = tracemalloc.take_snapshot().statistics("lineno")[:25]
             print("\n".join(str(x) for x in top), file=sys.__stdout__, flush=True)
     finally:
+        gc.callbacks.remove(on_gc)
         await ctl.stop()
         await api.close()
     window = [d for end, d in metrics.tick_log if start_t <= end <= start_t + wall]
@@ -253,6 +284,10 @@ async def measure(
         "cpu_cores": round(cpu / wall, 3),
         "cpu_ms_per_tick_per_target": round(1000 * cpu / max(len(window), 1) / targets, 3),
         "cpu_ms_per_decision": round(1000 * cpu / max(decisions, 1), 3),
+        "gc_ms_per_s": round(1000 * sum(gc_s) / wall, 1),
+        "gc_collections_by_generation": gc_n,
+        "gc_ms_by_generation": [round(1000 * x, 1) for x in gc_s],
+        "gc_collected_by_generation": list(gc_found),
         "rss_mb_end": samples[-1]["rss_mb"],
         "rss_mb_peak": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "api_requests_per_s": round(calls / wall, 3),
@@ -260,8 +295,16 @@ async def measure(
         "api_requests_by_verb": verbs,
         "pod_scrapes_per_s": round((end_calls["scrapes"] - start_calls["scrapes"]) / wall, 1),
         "leader": leader,
+        "event_loop": type(asyncio.get_running_loop()).__module__,
         "rss_over_time": samples,
     }
+
+
+def _run_module_attr(name: str) -> Any:
+    """``autoscaler.commands.run.<name>`` if the code measured has it (a baseline may not)."""
+    from autoscaler.commands import run
+
+    return getattr(run, name, None)
 
 
 def run_one(targets: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -286,14 +329,18 @@ def run_one(targets: int, args: argparse.Namespace) -> dict[str, Any]:
                 sys.stderr = log
                 configure_logging("json", "INFO")
                 try:
+                    run_loop = _run_module_attr("run_loop")
+                    main = measure(url, targets, args.pods, stats, args)
                     if args.profile:
                         import cProfile
 
                         with cProfile.Profile() as prof:
-                            result = asyncio.run(measure(url, targets, args.pods, stats, args))
+                            result = asyncio.run(main)
                         prof.dump_stats(args.profile)
-                    else:
-                        result = asyncio.run(measure(url, targets, args.pods, stats, args))
+                    elif run_loop is not None:  # the event loop `llm-autoscaler run` runs on
+                        result = run_loop(main, args.event_loop)
+                    else:  # code from before run_loop: asyncio's loop
+                        result = asyncio.run(main)
                 finally:
                     sys.stderr = real_stderr
             with open(log_path) as f:
@@ -321,6 +368,106 @@ def table(rows: list[dict[str, Any]]) -> str:
     return head + body
 
 
+def _extract(rev: str, into: Path) -> Path:
+    """The ``autoscaler`` package as of ``rev``, unpacked under ``into``."""
+    blob = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "autoscaler"], check=True, capture_output=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def _run_worker(code: Path | None, targets: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One measurement in a fresh process, of the code under ``code`` (else this tree)."""
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    cmd = [sys.executable, __file__, "--worker", "--targets", str(targets), "--pods"]
+    cmd += [str(args.pods), "--warmup", str(args.warmup), "--duration", str(args.duration)]
+    cmd += ["--scrape-concurrency", str(args.scrape_concurrency)]
+    cmd += ["--event-loop", args.event_loop]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    row: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    expected = str((code or ROOT) / "autoscaler")
+    if row["code"] != expected:
+        raise RuntimeError(f"worker imported {row['code']}, expected {expected}")
+    return row
+
+
+COMPARED = (
+    ("CPU ms/tick/target", "cpu_ms_per_tick_per_target"),
+    ("CPU cores", "cpu_cores"),
+    ("tick p50 (ms)", "tick_p50_ms"),
+    ("tick p99 (ms)", "tick_p99_ms"),
+    ("decisions/target/s", "decisions_per_target_s"),
+    ("GC ms/s", "gc_ms_per_s"),
+    ("RSS end (MB)", "rss_mb_end"),
+)
+
+
+def compare(args: argparse.Namespace) -> None:
+    """``--baseline REV``: that revision's code and this tree, alternately in fresh
+    processes, ``--rounds`` times each per N; medians side by side."""
+    rev = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", args.baseline],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "describe", "--always", "--dirty"]
+        if not args.current
+        else ["git", "-C", str(ROOT), "rev-parse", "--short", args.current],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    document: dict[str, Any] = {
+        "benchmark": "bench_scale --baseline",
+        "command": " ".join(["benchmarks/bench_scale.py", *sys.argv[1:]]),
+        "baseline": rev,
+        "current": head,
+        "machine": {"cpus": os.cpu_count()},
+        "by_targets": {},
+    }
+    markdown = ""
+    with tempfile.TemporaryDirectory() as tmp:
+        code = _extract(rev, Path(tmp) / "base")
+        current = _extract(args.current, Path(tmp) / "cur") if args.current else None
+        for n in args.targets:
+            before: list[dict[str, Any]] = []
+            after: list[dict[str, Any]] = []
+            for _ in range(args.rounds):
+                before.append(_run_worker(code, n, args))
+                after.append(_run_worker(current, n, args))
+            table_rows = []
+            for label, key in COMPARED:
+                b = round(statistics.median(r[key] for r in before), 3)
+                a = round(statistics.median(r[key] for r in after), 3)
+                table_rows.append({"metric": label, "before": b, "after": a})
+            part = (
+                f"N={n} targets x {args.pods} pods, median of {args.rounds} alternating runs "
+                f"({before[0]['event_loop']} -> {after[0]['event_loop']})\n\n"
+                f"| metric | {rev} | {head} | after / before |\n|---|---|---|---|\n"
+            )
+            part += "".join(
+                f"| {r['metric']} | {r['before']} | {r['after']} | "
+                f"{r['after'] / r['before'] if r['before'] else math.nan:.2f} |\n"
+                for r in table_rows
+            )
+            print(part, flush=True)
+            markdown += part + "\n"
+            document["by_targets"][str(n)] = {
+                "rows": table_rows,
+                "raw": {"before": before, "after": after},
+            }
+    document["markdown"] = markdown
+    out = RESULTS.with_name("scale_vs_baseline.json")
+    out.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--targets", type=int, nargs="+", default=[10, 100])
@@ -328,13 +475,40 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=20.0)
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--scrape-concurrency", type=int, default=64)
+    parser.add_argument(
+        "--event-loop",
+        default="auto",
+        choices=("auto", "uvloop", "asyncio"),
+        help="as `llm-autoscaler run --event-loop` (code without that option: asyncio)",
+    )
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="a git revision: measure its code and this tree alternately, side by side "
+        "(writes benchmarks/results/scale_vs_baseline.json)",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each side (--baseline)")
+    parser.add_argument(
+        "--current", default=None, help="with --baseline: a git revision instead of this tree"
+    )
     parser.add_argument("--profile", default=None, help="write cProfile stats here")
     parser.add_argument(
         "--trace-memory", action="store_true", help="print the top allocating lines at the end"
     )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if args.worker:
+        import autoscaler
+
+        row = run_one(args.targets[0], args)
+        row["code"] = str(Path(autoscaler.__file__).parent)
+        print(json.dumps(row), flush=True)
+        return
+    if args.baseline:
+        compare(args)
+        return
     rows = []
     for n in args.targets:
         row = run_one(n, args)

@@ -5,11 +5,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import signal
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, TypeVar
 
 from autoscaler.errors import AutoscalerError
 from autoscaler.settings import Settings
+
+_T = TypeVar("_T")
+EVENT_LOOPS: Final = ("auto", "uvloop", "asyncio")
+# Young-generation threshold of the cyclic GC once the controller runs (CPython's default
+# is 700). A tick allocates and frees tens of thousands of objects per 1,000 scrapes
+# (pages, snapshots, coroutines); at 700 the collector runs ~16 times a second mid-tick
+# and promotes those short-lived objects to the old generations, whose full collections
+# then walk the whole heap (~200 ms each at 100 targets): ~17% of the controller's CPU
+# (benchmarks/bench_scale.py, gc_ms_per_s). At this threshold a tick's objects are freed
+# by reference counting before a collection starts; the steady state creates few cycles.
+GC_THRESHOLDS: Final = (50_000, 20, 20)
 
 DESCRIPTION = """\
 Runs the controller against the cluster in your kubeconfig (or in-cluster config): it
@@ -58,7 +72,48 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="KEDA external-scaler gRPC port (default: AUTOSCALER_GRPC__PORT, else 9090)",
     )
+    p.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default="auto",
+        help="auto: uvloop when installed, else asyncio's own loop (default: auto)",
+    )
     p.set_defaults(func=run)
+
+
+def loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop to run the controller on: uvloop (libuv; the scrape path's
+    transports and callbacks cost less CPU, benchmarks/bench_scrape.py) when installed
+    and not ``asyncio``; None means asyncio's default loop."""
+    if choice not in EVENT_LOOPS:
+        raise AutoscalerError(f"event loop {choice!r}: must be one of {', '.join(EVENT_LOOPS)}")
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise AutoscalerError(
+                "--event-loop uvloop: the uvloop package is not installed"
+            ) from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def run_loop(main: Coroutine[Any, Any, _T], choice: str = "auto") -> _T:
+    """``asyncio.run(main)`` on the chosen event loop."""
+    with asyncio.Runner(loop_factory=loop_factory(choice)) as runner:
+        return runner.run(main)
+
+
+def tune_gc() -> None:
+    """Once the controller has started: collect once, move every object alive now
+    (modules, settings, clients) out of the collector's sight (`gc.freeze`: they are
+    never walked again) and raise the young-generation threshold (GC_THRESHOLDS)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -91,6 +146,7 @@ async def _main(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await controller.start()
+        tune_gc()
         await stop.wait()
     finally:
         await controller.stop()
@@ -102,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     from autoscaler.api.server import PortInUse
 
     try:
-        return asyncio.run(_main(args))
+        return run_loop(_main(args), args.event_loop)
     except PortInUse as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -32,7 +32,7 @@ import ssl
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 import yarl
 
@@ -153,8 +153,8 @@ class _Connection(asyncio.BufferedProtocol):
 
     # -- asyncio.BufferedProtocol -------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it
+        self.transport = cast(asyncio.Transport, transport)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         buf = self.buf

@@ -93,7 +93,28 @@ def signal_violation(name: str, value: float) -> Violation | None:
     return _violation(name, value, name in FRACTION_SIGNALS)
 
 
+def _histogram_valid(hist: HistogramData) -> bool:
+    """Whether every number of ``hist`` is in range, in C loops (no Python code per bucket).
+
+    A finite sum means every count is finite (an infinity or NaN makes the sum one); only
+    then is ``min`` meaningful. False may also mean "look closer" (a sum that overflows).
+    """
+    bounds, counts = hist.bounds, hist.counts
+    if not bounds or len(bounds) != len(counts):
+        return False
+    if not (min(bounds) >= 0 and not any(map(math.isnan, bounds))):
+        return False
+    if not (math.isfinite(sum(counts)) and min(counts) >= 0):
+        return False
+    for value in (hist.count, hist.sum):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            return False
+    return True
+
+
 def _histogram_violation(key: str, hist: HistogramData) -> Violation | None:
+    if _histogram_valid(hist):  # the common case; else the first violation, in order
+        return None
     for bound, count in zip(hist.bounds, hist.counts, strict=True):
         if math.isnan(bound) or bound == -math.inf:
             return Violation(f"{key}_bucket.le", bound, NOT_FINITE)

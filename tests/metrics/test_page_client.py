@@ -421,3 +421,30 @@ async def test_a_malformed_answer_leaves_the_pod_unread_never_zero(  # type: ign
     assert reading.pods_read == 1 and reading.signals["waiting"] == 11
     assert len(reading.errors) == 1 and reading.errors[0].startswith("bad: ")
     assert message in reading.errors[0]
+
+
+def test_pages_are_read_the_same_on_uvloop() -> None:
+    """`llm-autoscaler run` uses uvloop when installed: its transports are not
+    `asyncio.Transport` subclasses, and a scrape reads the same bytes and signals there."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def scrape() -> tuple[list[bytes], int, str]:
+        pod = RawPod()
+        pod.server = await asyncio.start_server(pod.handle, "127.0.0.1", 0)
+        client = PageClient(timeout_s=5.0, max_body_bytes=1 << 20)
+        source = PodScrapeSource(ScrapeConfig(timeout_s=5.0))
+        try:
+            bodies = [await client.get(pod.url) for _ in range(3)]
+            reading = await source.read("ns/t", [PodEndpoint("p0", pod.url)], 1.0)
+        finally:
+            await client.close()
+            await source.close()
+            pod.server.close()
+            await pod.server.wait_closed()
+        return bodies, reading.pods_read, type(asyncio.get_running_loop()).__module__
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        bodies, pods_read, loop_module = runner.run(scrape())
+    assert loop_module == "uvloop"
+    assert bodies == [PAGE] * 3
+    assert pods_read == 1

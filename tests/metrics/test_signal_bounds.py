@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoscaler.metrics.engines import EngineSnapshot
 from autoscaler.metrics.exposition import HistogramData
 from autoscaler.metrics.signals import (
     REJECT_REASONS,
+    Violation,
     signal_violation,
     snapshot_violation,
     split_valid,
@@ -75,3 +78,50 @@ def test_split_valid_drops_only_the_signals_out_of_range() -> None:
         ("kv_cache_usage", "not-finite"),
         ("running", "negative"),
     ]
+
+
+def _histogram_violation_per_bucket(key: str, hist: HistogramData) -> str | None:
+    """The check as it was written before its C-loop fast path: every bucket in order."""
+    for bound, count in zip(hist.bounds, hist.counts, strict=True):
+        if math.isnan(bound) or bound == -INF:
+            return str(Violation(f"{key}_bucket.le", bound, "not-finite"))
+        if bound < 0:
+            return str(Violation(f"{key}_bucket.le", bound, "negative"))
+        if not math.isfinite(count):
+            return str(Violation(f"{key}_bucket{{le={bound:g}}}", count, "not-finite"))
+        if count < 0:
+            return str(Violation(f"{key}_bucket{{le={bound:g}}}", count, "negative"))
+    for part, value in (("count", hist.count), ("sum", hist.sum)):
+        if value is None:
+            continue
+        if not math.isfinite(value):
+            return str(Violation(f"{key}_{part}", value, "not-finite"))
+        if value < 0:
+            return str(Violation(f"{key}_{part}", value, "negative"))
+    return None
+
+
+_NUMBERS = st.one_of(
+    st.floats(min_value=0, max_value=1e6),
+    st.sampled_from([0.0, -0.0, 1e308, -1e-9, -5.0, INF, -INF, math.nan]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.tuples(_NUMBERS, _NUMBERS), max_size=6),
+    st.none() | _NUMBERS,
+    st.none() | _NUMBERS,
+)
+def test_histogram_check_names_the_same_first_violation_as_a_per_bucket_check(
+    buckets: list[tuple[float, float]], count: float | None, total: float | None
+) -> None:
+    hist = HistogramData(tuple(b for b, _ in buckets), tuple(c for _, c in buckets), count, total)
+    got = snapshot_violation(EngineSnapshot("vllm", histograms={"ttft": hist}))
+    expected = _histogram_violation_per_bucket("ttft", hist)
+    assert (None if got is None else str(got)) == expected
+
+
+def test_a_histogram_whose_counts_overflow_when_summed_is_still_valid() -> None:
+    hist = HistogramData((0.1, 1.0, INF), (1e308, 1e308, 1e308), 1e308, 1.0)
+    assert snapshot_violation(EngineSnapshot("vllm", histograms={"ttft": hist})) is None

@@ -1,7 +1,10 @@
 """Parser throughput: a live pod's page -> canonical signals vs prometheus_client, side by side.
 
-Run: .venv/bin/python benchmarks/bench_parser.py [--rounds 15] [--profile]
+Run: .venv/bin/python benchmarks/bench_parser.py [--rounds 15] [--profile] [--baseline REV]
 (writes benchmarks/results/parser.json)
+``--baseline REV`` measures in fresh processes alternately (one round each): that git
+revision's code (extracted with ``git archive``) and this tree; every row's speedup is
+against prometheus_client timed in the same process and round.
 
 The page is the vLLM V1 0.10 fixture (496 lines, 46 kB). As on a live pod, every value
 changes on every scrape: 16 variants are cycled, where counters, buckets and sums grow
@@ -27,12 +30,18 @@ from __future__ import annotations
 import argparse
 import cProfile
 import functools
+import io
 import itertools
 import json
+import os
 import pstats
 import random
 import re
 import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -108,43 +117,114 @@ def rows(pages: list[str]) -> dict[str, Callable[[], object]]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--profile", action="store_true")
-    args = parser.parse_args()
+def measure_rounds(rounds: int) -> dict[str, list[float]]:
+    """CPU seconds per call of every row, ``rounds`` interleaved rounds."""
     text = PAGE.read_text()
-    pages = variants(text)
-    table = rows(pages)
+    table = rows(variants(text))
     times: dict[str, list[float]] = {name: [] for name in table}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for name, fn in table.items():
             for _ in range(3):
                 fn()  # the warm rows start warm after the cold row (layouts need 2 pages)
             times[name].append(per_call_s(fn))
+    return times
+
+
+def _extract(rev: str, into: Path) -> Path:
+    """The ``autoscaler`` package as of ``rev``, unpacked under ``into``."""
+    blob = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "autoscaler"], check=True, capture_output=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def _worker_rounds(code: Path | None) -> dict[str, list[float]]:
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker"], check=True, capture_output=True, text=True, env=env
+    ).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    expected = str((code or ROOT) / "autoscaler")
+    if result["code"] != expected:
+        raise RuntimeError(f"worker imported {result['code']}, expected {expected}")
+    times: dict[str, list[float]] = result["times"]
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="also measure this git revision's read_snapshot (in its own processes, "
+        "alternating with this tree's, one round each), vs prometheus_client in the same "
+        "process",
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        import autoscaler
+
+        code = str(Path(autoscaler.__file__).parent)
+        print(json.dumps({"code": code, "times": measure_rounds(1)}), flush=True)
+        return
+    text = PAGE.read_text()
+    baseline_times: dict[str, list[float]] = {}
+    if args.baseline:
+        rev = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", args.baseline],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        times: dict[str, list[float]] = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            code = _extract(rev, Path(tmp))
+            for _ in range(args.rounds):
+                for into, where in ((baseline_times, code), (times, None)):
+                    for name, series in _worker_rounds(where).items():
+                        into.setdefault(name, []).extend(series)
+    else:
+        times = measure_rounds(args.rounds)
     lines = text.count("\n")
     print(f"page: {PAGE.name} ({lines} lines, {len(text)} bytes), {VARIANTS} variants,")
     print(f"{args.rounds} rounds; speedup = median of per-round ratios (min-max)")
-    print(f"{'row':54} {'us/page':>8} {'speedup':>8} {'min':>6} {'max':>6}")
+    print(f"{'row':62} {'us/page':>8} {'speedup':>8} {'min':>6} {'max':>6}")
     results = []
-    for name, series in times.items():
-        ratios = [b / t for b, t in zip(times[BASELINE], series, strict=True)]
-        median_us = statistics.median(series) * 1e6
-        speedup = statistics.median(ratios)
-        print(f"{name:54} {median_us:8.1f} {speedup:7.1f}x {min(ratios):5.1f}x {max(ratios):5.1f}x")
-        results.append(
-            {
-                "row": name,
-                "us_per_page_median": round(median_us, 1),
-                "speedup_median": round(speedup, 2),
-                "speedup_min": round(min(ratios), 2),
-                "speedup_max": round(max(ratios), 2),
-            }
-        )
+    measured = [("", times)]
+    if baseline_times:
+        measured.insert(0, (f"baseline {rev}: ", baseline_times))
+    for prefix, table in measured:
+        for name, series in table.items():
+            if prefix and name not in (BASELINE, HEADLINE):
+                continue
+            ratios = [b / t for b, t in zip(table[BASELINE], series, strict=True)]
+            median_us = statistics.median(series) * 1e6
+            speedup = statistics.median(ratios)
+            label = prefix + name
+            print(
+                f"{label:62} {median_us:8.1f} {speedup:7.1f}x {min(ratios):5.1f}x "
+                f"{max(ratios):5.1f}x"
+            )
+            results.append(
+                {
+                    "row": label,
+                    "us_per_page_median": round(median_us, 1),
+                    "speedup_median": round(speedup, 2),
+                    "speedup_min": round(min(ratios), 2),
+                    "speedup_max": round(max(ratios), 2),
+                }
+            )
     out = ROOT / "benchmarks" / "results" / "parser.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
-        "command": "benchmarks/bench_parser.py --rounds " + str(args.rounds),
+        "command": " ".join(["benchmarks/bench_parser.py", *sys.argv[1:]]),
         "page": PAGE.name,
         "lines": lines,
         "variants": VARIANTS,
@@ -154,7 +234,7 @@ def main() -> None:
     }
     out.write_text(json.dumps(payload, indent=2) + "\n")
     if args.profile:
-        fn = table[HEADLINE]
+        fn = rows(variants(text))[HEADLINE]
         profiler = cProfile.Profile()
         profiler.runcall(lambda: [fn() for _ in range(3000)])
         pstats.Stats(profiler).sort_stats("tottime").print_stats(12)

@@ -114,10 +114,8 @@ def _add(values: list[float], indexes: tuple[int, ...]) -> float:
     return total
 
 
-# (name, type, help, first line, sample names, sample label sets, merge memo)
-_LaidFamily = tuple[
-    str, str, str | None, int, tuple[str, ...], tuple[Mapping[str, str], ...], list[_Merge | None]
-]
+# (name, type, help, first line, its samples' [start, end) among the values, merge memo)
+_LaidFamily = tuple[str, str, str | None, int, int, int, list[_Merge | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +130,8 @@ class _Layout:
     n_values: int  # the first n picked lines are wanted samples
     exact: Callable[[list[str]], tuple[str, ...]]  # lines compared whole
     exact_lines: tuple[str, ...]
+    names: tuple[str, ...]  # of the first n picked lines (the wanted samples)
+    labels: tuple[Mapping[str, str], ...]  # their label sets
     families: tuple[_LaidFamily, ...]
     openmetrics: bool
     size_bytes: int
@@ -153,20 +153,17 @@ class _Layout:
         except ValueError:
             return None
         new = tuple.__new__
+        # every sample in one C loop; each family takes its slice
+        rows = list(map(new, repeat(Sample), zip(self.names, self.labels, values, repeat(None))))
         families: dict[str, Family] = {}
-        at = 0
-        for name, kind, help_text, line, names, labels, memo in self.families:
-            end = at + len(names)
-            mine = values[at:end]
-            rows = map(new, repeat(Sample), zip(names, labels, mine, repeat(None)))
+        for name, kind, help_text, line, start, end, memo in self.families:
             if kind == "histogram":  # what `merge_histogram` can replay
-                samples = _LaidOut(rows)
-                samples.values = mine
+                samples = _LaidOut(rows[start:end])
+                samples.values = values[start:end]
                 samples.memo = memo
                 families[name] = new(Family, (name, kind, samples, line, help_text))
             else:
-                families[name] = new(Family, (name, kind, tuple(rows), line, help_text))
-            at = end
+                families[name] = new(Family, (name, kind, tuple(rows[start:end]), line, help_text))
         return Page(families, self.openmetrics)
 
     @staticmethod
@@ -192,15 +189,20 @@ class _Layout:
                 owned_by = owner.get(head.partition("{")[0])
                 (others if owned_by is None else mine[owned_by]).append(i)
         families: list[_LaidFamily] = []
+        names: list[str] = []
+        labels: list[Mapping[str, str]] = []
         for name, family in page.families.items():
             if len(mine[name]) != len(family.samples):
                 return None
             for i, sample in zip(mine[name], family.samples, strict=True):
                 if not _reads_as(lines[i], sample):
                     return None
-            names = tuple(s.name for s in family.samples)
-            labels = tuple(s.labels for s in family.samples)
-            families.append((name, family.type, family.help, family.line, names, labels, [None]))
+            start = len(names)
+            names.extend(s.name for s in family.samples)
+            labels.extend(s.labels for s in family.samples)
+            families.append(
+                (name, family.type, family.help, family.line, start, len(names), [None])
+            )
         picked = [i for name in page.families for i in mine[name]] + others
         exact.sort()
         heads = tuple(lines[i].rpartition(" ")[0] + " " for i in picked)
@@ -215,9 +217,13 @@ class _Layout:
             n_values=len(picked) - len(others),
             exact=_picker(exact),
             exact_lines=exact_lines,
+            names=tuple(names),
+            labels=tuple(labels),
             families=frozen,
             openmetrics=page.openmetrics,
-            size_bytes=_size(heads, exact_lines, frozen) + 80 * len(picked) + 512,
+            size_bytes=_size(heads, exact_lines, frozen, tuple(names), tuple(labels))
+            + 80 * len(picked)
+            + 512,
         )
 
 

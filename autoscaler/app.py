@@ -230,6 +230,11 @@ class Controller:
             tick_interval_s=s.tick_interval_s,
             # Process-wide advisory or keda: never write replicas (KEDA's HPA owns them).
             dry_run=s.mode in ("advisory", "keda"),
+            decides=(
+                self.shards.can_write
+                if self.shards is not None and s.shard_scope == "held"
+                else None
+            ),
         )
         self.loop.set_targets(await store.list(s.namespace))
         app = http_app(self.state, store, ApiSettings.from_env(s), self.metrics)

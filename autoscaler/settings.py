@@ -119,6 +119,10 @@ class Settings(BaseSettings):
     # ``<shard_lease_prefix>-shard-<k>`` held by whichever replicas are alive.
     shards: int = 1
     shard_lease_prefix: str = "llm-autoscaler"
+    # Which targets a sharded replica reconciles: "all" (every replica decides and serves
+    # every target, writes only its shards: KEDA and the REST API answer anywhere) or
+    # "held" (only its shards': the scrape/CPU load splits too; direct mode only).
+    shard_scope: Literal["all", "held"] = "all"
     scrape_timeout_s: float = Field(default=2.0, gt=0)
     scrape_concurrency: int = Field(default=64, ge=1)
     prometheus_url: str | None = None
@@ -145,6 +149,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"shards={self.shards} needs leader_election true (the shard Leases are "
                 "the leader election); use shards=1 without leader election"
+            )
+        if self.shard_scope == "held" and (self.shards == 1 or self.mode != "direct"):
+            raise ValueError(
+                f"shard_scope='held' needs shards > 1 (got {self.shards}) and mode 'direct' "
+                f"(got {self.mode!r}): KEDA and the REST API must find every target's "
+                "decision on any replica"
             )
         return self
 

@@ -57,6 +57,7 @@ class ControlLoop:
         max_conflict_retries: int = 3,
         dry_run: bool = False,
         summary_every_s: float = 60.0,
+        decides: Callable[[TargetRef], bool] | None = None,
     ) -> None:
         self.state = state
         self.cluster = cluster
@@ -68,6 +69,8 @@ class ControlLoop:
         self.tick_interval_s = tick_interval_s
         self.max_conflict_retries = max_conflict_retries
         self.dry_run = dry_run  # process-wide advisory mode: decide and publish, never write
+        # Sharded with scope "held": reconcile only the targets this replica writes.
+        self.decides = decides
         self._decision_states: dict[TargetRef, DecisionState] = {}
         self._planners: dict[TargetRef, PlannerPort] = {}
         self._next_due: dict[TargetRef, float] = {}
@@ -153,6 +156,8 @@ class ControlLoop:
             for ref, st in self.state.targets.items()
             if self._next_due.get(ref, start) <= start + slack
         ]
+        if self.decides is not None:
+            due = self._held_only(due)
         for ref in due:
             interval = self.state.targets[ref].spec.policy.polling_interval
             self._next_due[ref] = start + interval
@@ -166,6 +171,20 @@ class ControlLoop:
         self.state.loop.error = None
         self._loop_failures = 0
         return [d for d in results if d is not None]
+
+    def _held_only(self, due: list[TargetRef]) -> list[TargetRef]:
+        """Targets another replica writes are not reconciled here: their decision state and
+        planner go (one that comes back starts as after a leader change), so each replica
+        scrapes and decides only its share."""
+        assert self.decides is not None
+        keep = []
+        for ref in due:
+            if self.decides(ref):
+                keep.append(ref)
+            else:
+                self._decision_states.pop(ref, None)
+                self._planners.pop(ref, None)
+        return keep
 
     async def _reconcile_guarded(self, ref: TargetRef) -> Decision | None:
         """One target's reconcile; no exception of one target reaches the others."""

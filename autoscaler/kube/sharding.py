@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import math
 import re
@@ -79,6 +80,7 @@ def stable_hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
+@functools.lru_cache(maxsize=1 << 16)  # the loop asks per target per tick
 def shard_of(namespace: str, name: str, shards: int) -> int:
     """The shard of target ``namespace/name`` among ``shards``."""
     return stable_hash(f"{namespace}/{name}") % shards
@@ -284,6 +286,8 @@ class ShardManager:
         self.blocked: str | None = None
         self.members: tuple[str, ...] = (identity,)
         self._mine: frozenset[int] | None = None  # our shards under `members`
+        self._joined_at: float | None = None  # first member Lease write (our clock)
+        self._deleting: set[str] = set()  # resourceVersions of dead members' Leases sent
         self.transitions = 0  # shards taken
 
     # ------------------------------------------------------------------ reading
@@ -354,13 +358,18 @@ class ShardManager:
         seen = self._observed_at.get(rec.name, now)
         return now - seen < (rec.duration_s or self.config.lease_duration_s)
 
-    def _view(self, now: float) -> tuple[list[str], str | None]:
-        """Live members with our S (us included) and why writes are blocked, if they are."""
+    def _view(self, now: float) -> tuple[list[str], str | None, list[LeaseRecord]]:
+        """Live members with our S (us included), why writes are blocked (if they are), and
+        the member Leases of dead replicas (to delete)."""
         cfg = self.config
         live = {self.identity}
         foreign: list[str] = []
+        dead: list[LeaseRecord] = []
         for rec in self.informer.items.values():
-            if rec.group != cfg.prefix or rec.role != "member" or not self._fresh(rec, now):
+            if rec.group != cfg.prefix or rec.role != "member" or rec.name == self.member_lease:
+                continue
+            if not self._fresh(rec, now):
+                dead.append(rec)
                 continue
             if rec.holder == self.identity:
                 continue
@@ -381,7 +390,7 @@ class ShardManager:
                     f"Lease {cfg.legacy_lease} is held by {legacy.holder} (a single-Lease "
                     "controller, shards=1): no writes until it is released or expires"
                 )
-        return sorted(live), blocked
+        return sorted(live), blocked, dead
 
     # ------------------------------------------------------------------ writing
     def _body(
@@ -480,6 +489,8 @@ class ShardManager:
             return False
         if role == "member":
             self._member = won
+            if self._joined_at is None:
+                self._joined_at = started
         else:
             k = int(name.rsplit("-", 1)[1])
             self._held[k] = won
@@ -513,7 +524,15 @@ class ShardManager:
         jobs: list[Any] = []
         if self._member is None or started - self._member.renewed_at >= due:
             jobs.append(self._step_member(started))
-        live, self.blocked = self._view(started)
+        live, self.blocked, dead = self._view(started)
+        for gone in dead:
+            # A crashed replica's member Lease (a clean stop deletes its own): gone, so a
+            # replica starting now does not count it alive for one more lease duration
+            # (it cannot know how long the record has been unchanged) and leave the shards
+            # it would rank first unheld meanwhile. Precondition: not renewed since.
+            if gone.resource_version not in self._deleting:
+                self._deleting.add(gone.resource_version)
+                jobs.append(self._delete(gone.name, gone.resource_version))
         if tuple(live) != self.members or self._mine is None:
             self.members = tuple(live)
             self._mine = frozenset(assign(cfg.shards, live)[self.identity])
@@ -538,12 +557,18 @@ class ShardManager:
                     continue
                 if started - held.renewed_at >= due:
                     jobs.append(self._step_renew(k, name, held, started))
-            elif want:
+            elif want and self._settled(started):
                 rec = self._record(name)
                 if rec is None or not self._fresh(rec, started) or rec.holder == self.identity:
                     jobs.append(self._take(name, "shard", rec, started))
         if jobs:
             await asyncio.gather(*jobs)
+
+    def _settled(self, now: float) -> bool:
+        """Takes wait one retry period after our member Lease first exists, so replicas
+        starting together see each other first instead of all taking every free shard
+        and handing most of them on (each hand-over costs a drain)."""
+        return self._joined_at is not None and now - self._joined_at >= self.config.retry_period_s
 
     async def _step_member(self, started: float) -> None:
         if self._member is not None:
@@ -573,8 +598,11 @@ class ShardManager:
                 if on_change is not None and now != last:
                     on_change(now)
                 last = now
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
+                # arrives as the wait ends, and the task would never stop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.config.retry_period_s)
+                    async with asyncio.timeout(self.config.retry_period_s):
+                        await self._wake.wait()
         finally:
             if on_change is not None and last is not None and last.held:
                 on_change(ShardStatus(self.config.shards, self.identity, (), (), (), None))
@@ -587,17 +615,18 @@ class ShardManager:
         member, self._member = self._member, None
         jobs = [self._release(self.config.shard_lease(k), h) for k, h in held.items()]
         if member is not None:
-            jobs.append(self._delete_member(member))
+            jobs.append(self._delete(self.member_lease, member.resource_version))
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
                 await asyncio.gather(*jobs)
 
-    async def _delete_member(self, member: _Held) -> None:
+    async def _delete(self, name: str, resource_version: str) -> None:
+        """Delete a member Lease unless it changed since ``resource_version`` (409)."""
         self.requests.add("delete")
-        body = {"preconditions": {"resourceVersion": member.resource_version}}
+        body = {"preconditions": {"resourceVersion": resource_version}}
         with contextlib.suppress(ApiException, TimeoutError, aiohttp.ClientError, OSError):
             await self._api.delete_namespaced_lease(
-                self.member_lease,
+                name,
                 self.config.namespace,
                 body=body,
                 _request_timeout=self.config.retry_period_s,

@@ -124,6 +124,9 @@ async def test_one_shard_keeps_the_single_leader_lease(fleet: LocalKubeAPI) -> N
         ({"shards": 5000}, "shards: 5000: must be between 1"),
         ({"shards": 4, "leader_election": False}, "shards=4 needs leader_election true"),
         ({"shard_lease_prefix": "Not_A_Label"}, "shard_lease_prefix: 'Not_A_Label': must be"),
+        ({"shard_scope": "held"}, "shard_scope='held' needs shards > 1 (got 1)"),
+        ({"shard_scope": "held", "shards": 8, "mode": "keda"}, "and mode 'direct' (got 'keda')"),
+        ({"shard_scope": "some"}, "shard_scope: 'some': Input should be 'all' or 'held'"),
     ],
 )
 def test_bad_shard_settings_name_field_value_and_rule(

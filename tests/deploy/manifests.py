@@ -1,8 +1,10 @@
 """Loading and rendering of `deploy/` for the tests: YAML files, a minimal kustomize, schemas.
 
-The kustomize subset is deliberately tiny: our kustomizations only list ``resources``
-(files in the same directory, or other kustomization directories). Any other key makes
-`render` fail loudly, so the tests can never silently diverge from ``kubectl apply -k``.
+The kustomize subset is deliberately tiny: our kustomizations list ``resources`` (files in
+the same directory, or other kustomization directories) and may set ``replicas`` (kustomize's
+replica-count field: ``[{name, count}]`` on the workloads of that name; not a patch). Any
+other key makes `render` fail loudly, so the tests can never silently diverge from
+``kubectl apply -k``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 UPSTREAM_CRDS = ROOT / "tests" / "fixtures" / "crds"  # other projects' CRDs, verbatim
-OVERLAYS = ("direct", "keda", "advisory")
+OVERLAYS = ("direct", "keda", "advisory", "sharded")
+OVERLAY_MODE = {"direct": "direct", "keda": "keda", "advisory": "advisory", "sharded": "direct"}
 K8S_VERSION = "1.30.0"  # oldest Kubernetes the manifests target (sidecar-free, PDB v1)
 
 Obj = dict[str, Any]
@@ -64,7 +67,7 @@ def render(directory: Path) -> list[Obj]:
     if not kfile.is_file():
         raise KustomizeError(f"{directory}: no kustomization.yaml")
     spec = yaml.safe_load(kfile.read_text())
-    unsupported = set(spec) - {"apiVersion", "kind", "resources"}
+    unsupported = set(spec) - {"apiVersion", "kind", "resources", "replicas"}
     if unsupported:
         raise KustomizeError(f"{kfile}: unsupported keys {sorted(unsupported)} (no patches)")
     if spec.get("kind") != "Kustomization":
@@ -81,6 +84,17 @@ def render(directory: Path) -> list[Obj]:
             out.extend(load_docs(target))
         else:
             raise KustomizeError(f"{kfile}: resource {entry} does not exist")
+    for entry in spec.get("replicas") or []:
+        hits = [
+            o
+            for o in out
+            if o["kind"] in {"Deployment", "StatefulSet", "ReplicaSet"}
+            and o["metadata"]["name"] == entry["name"]
+        ]
+        if not hits or not isinstance(entry.get("count"), int):
+            raise KustomizeError(f"{kfile}: replicas {entry}: no such workload, or no count")
+        for o in hits:
+            o["spec"]["replicas"] = entry["count"]
     seen: set[tuple[str, str, str]] = set()
     for obj in out:
         if key(obj) in seen:

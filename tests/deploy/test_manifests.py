@@ -12,6 +12,7 @@ from autoscaler import __version__ as _unused_pkg  # noqa: F401  (package import
 from autoscaler.settings import Settings
 from tests.deploy.manifests import (
     DEPLOY,
+    OVERLAY_MODE,
     OVERLAYS,
     ROOT,
     KustomizeError,
@@ -113,11 +114,38 @@ def test_overlay_renders_base_prometheus_and_its_mode(overlay: str) -> None:
     expected |= {"NetworkPolicy"}
     assert expected <= kinds
     config = _one(objs, "ConfigMap", "llm-autoscaler-config", "llm-autoscaler")
-    assert config["data"]["AUTOSCALER_MODE"] == overlay
-    assert Settings(mode=config["data"]["AUTOSCALER_MODE"]).mode == overlay
+    assert config["data"]["AUTOSCALER_MODE"] == OVERLAY_MODE[overlay]
+    assert Settings(mode=config["data"]["AUTOSCALER_MODE"]).mode == OVERLAY_MODE[overlay]
     controller = _one(objs, "Deployment", "llm-autoscaler", "llm-autoscaler")
     env_from = controller["spec"]["template"]["spec"]["containers"][0]["envFrom"]
     assert {"configMapRef": {"name": "llm-autoscaler-config", "optional": True}} in env_from
+
+
+def test_sharded_overlay_runs_more_replicas_than_the_base_with_valid_shard_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    objs = render(DEPLOY / "overlays" / "sharded")
+    controller = _one(objs, "Deployment", "llm-autoscaler", "llm-autoscaler")
+    assert controller["spec"]["replicas"] > 2
+    config = _one(objs, "ConfigMap", "llm-autoscaler-config", "llm-autoscaler")
+    for k, v in config["data"].items():
+        monkeypatch.setenv(k, v)
+    settings = Settings.load()  # the values the pods read, through the same validation
+    assert settings.shards >= 4 * controller["spec"]["replicas"]  # S much larger than R
+    env = {e["name"]: e for e in controller["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"  # identity
+    role = _one(objs, "Role", "llm-autoscaler-leader-election", "llm-autoscaler")
+    assert {"list", "watch", "delete"} <= set(role["rules"][0]["verbs"])
+    base = _one(render(DEPLOY / "base"), "Deployment", "llm-autoscaler", "llm-autoscaler")
+    assert base["spec"]["replicas"] == 2  # the overlay's count did not leak into the base
+
+
+def test_loader_applies_replica_counts_only_to_existing_workloads(tmp_path: Path) -> None:
+    (tmp_path / "kustomization.yaml").write_text(
+        "kind: Kustomization\nresources: []\nreplicas: [{name: nope, count: 3}]\n"
+    )
+    with pytest.raises(KustomizeError, match="no such workload"):
+        render(tmp_path)
 
 
 def test_every_kustomization_directory_renders() -> None:

@@ -68,11 +68,23 @@ class Replica:
     cluster: RecordingCluster
 
 
-def replica(kclient: ApiClient, who: str, clock: Clock, writes: Writes, rnd: list[int]) -> Replica:
+def replica(
+    kclient: ApiClient,
+    who: str,
+    clock: Clock,
+    writes: Writes,
+    rnd: list[int],
+    held_only: bool = False,
+) -> Replica:
     manager = make(kclient, who, clock)
     cluster = RecordingCluster(who, writes, rnd)
     loop = ControlLoop(
-        ControllerState(), cluster, Signals(), leader=manager, clock=LoopClock(clock)
+        ControllerState(),
+        cluster,
+        Signals(),
+        leader=manager,
+        clock=LoopClock(clock),
+        decides=manager.can_write if held_only else None,
     )
     loop.set_targets(StoredTarget(TargetSpec(ref=r, policy=POLICY), "1") for r in TARGETS)
     return Replica(manager, loop, cluster)
@@ -136,6 +148,31 @@ async def test_three_replicas_never_write_a_target_twice_in_one_tick_as_one_stal
         assert one_writer_each(writes, rnd[0])
         assert {w for per in writes[rnd[0]].values() for w in per} == {"a", "b", "c", "d"}
         assert two_writers(writes) == []
+    finally:
+        for r in rs:
+            await r.manager.stop()
+
+
+async def test_with_scope_held_each_replica_decides_only_the_targets_it_writes(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    clock, rnd = Clock(), [0]
+    writes: Writes = defaultdict(lambda: defaultdict(set))
+    rs = [replica(kclient, who, clock, writes, rnd, held_only=True) for who in ("a", "b", "c")]
+    try:
+        for r in rs:
+            await r.manager.informer.wait_synced()
+        await play(kapi, clock, rnd, rs, [], 3)
+        decided: dict[str, set[TargetRef]] = {}
+        for r in rs:
+            await r.loop.tick()
+            states = r.loop.state.targets
+            decided[r.manager.identity] = {t for t in TARGETS if states[t].last_decision}
+        for r in rs:
+            mine = {ref for ref in TARGETS if r.manager.can_write(ref)}
+            assert decided[r.manager.identity] == mine  # no scrape, no decision for others
+        assert sorted(len(v) for v in decided.values()) != [0, 0, len(TARGETS)]
+        assert set().union(*decided.values()) == set(TARGETS)
     finally:
         for r in rs:
             await r.manager.stop()

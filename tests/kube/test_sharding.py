@@ -174,6 +174,17 @@ async def test_a_stopped_replicas_targets_move_within_the_lease_window_without_t
         assert moved_after_s <= CFG.lease_duration_s + CFG.retry_period_s
         assert not any(c.can_write(r) for r in TARGETS)  # its own deadline passed first
         assert clock.t - died_at == moved_after_s
+        # The dead member's Lease is deleted: a replica starting now does not count c
+        # alive for one more lease duration (it could not know how old the record is).
+        await settle(kapi, [a, b])
+        assert kapi.get("leases", NS, c.member_lease, "coordination.k8s.io") is None
+        d = make(kclient, "d", clock)
+        try:
+            await d.informer.wait_synced()
+            n = await rounds(kapi, clock, [a, b, d], [a, b, c, d], converged([a, b, d]))
+            assert n <= 3
+        finally:
+            await d.stop()
     finally:
         await stop_all(ms)
 

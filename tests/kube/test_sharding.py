@@ -293,3 +293,19 @@ async def test_a_single_lease_controller_holding_the_leader_lease_blocks_sharded
         assert a.blocked is None and all(a.can_write(r) for r in TARGETS)
     finally:
         await a.stop()
+
+
+async def test_shutdown_stops_writing_at_once_and_is_bounded_when_the_api_server_hangs(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    clock = Clock()
+    a = make(kclient, "a", clock)
+    try:
+        await a.informer.wait_synced()
+        await rounds(kapi, clock, [a], [a], converged([a]))
+        kapi.inject("/leases/", delay_s=600, times=CFG.shards + 1)  # nothing answers
+        await a.release_all(timeout_s=0.2)  # the Controller's budget is 4 s of the 5 s
+        assert not any(a.can_write(r) for r in TARGETS) and a.held == ()
+    finally:
+        kapi.faults.clear()
+        await a.stop()

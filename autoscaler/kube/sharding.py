@@ -614,6 +614,16 @@ class ShardManager:
         held, self._held = self._held, {}
         member, self._member = self._member, None
         jobs = [self._release(self.config.shard_lease(k), h) for k, h in held.items()]
+        # A take cancelled mid-request (the run task stopped) may have been applied: the
+        # cache shows such Leases as ours; release those too rather than let them expire.
+        for k in range(self.config.shards):
+            rec = self._record(self.config.shard_lease(k))
+            if k not in held and rec is not None and rec.holder == self.identity:
+                orphan = _Held(rec.resource_version, 0.0, rec.acquire_time, rec.transitions)
+                jobs.append(self._release(rec.name, orphan))
+        mine = self._record(self.member_lease)
+        if member is None and mine is not None and mine.holder == self.identity:
+            member = _Held(mine.resource_version, 0.0, mine.acquire_time, mine.transitions)
         if member is not None:
             jobs.append(self._delete(self.member_lease, member.resource_version))
         with contextlib.suppress(TimeoutError):

@@ -309,3 +309,21 @@ async def test_shutdown_stops_writing_at_once_and_is_bounded_when_the_api_server
     finally:
         kapi.faults.clear()
         await a.stop()
+
+
+async def test_shutdown_also_releases_leases_whose_take_was_cut_short(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    """A take cancelled mid-request may have been applied: the Lease is ours on the server
+    though the manager never recorded it; shutdown releases it instead of letting it expire."""
+    clock = Clock()
+    a = make(kclient, "a", clock)
+    try:
+        await a.informer.wait_synced()
+        await rounds(kapi, clock, [a], [a], converged([a]))
+        a._held.pop(3)  # as if the answer to the take of shard 3 never arrived
+        await a.release_all()
+        lease = kapi.get("leases", NS, CFG.shard_lease(3), "coordination.k8s.io")
+        assert lease is not None and lease["spec"]["holderIdentity"] == ""
+    finally:
+        await a.stop()

@@ -1,7 +1,7 @@
 """Sharded leadership: R replicas x S shard Leases x T targets on the local API endpoint.
 
 Run: nice -n 10 .venv/bin/python benchmarks/bench_shards.py [--rows 3x16x200 10x64x10000]
-     [--lease-duration 15] [--steady 10]
+     [--lease-duration 15] [--steady 10] [--baseline]
 (writes benchmarks/results/shards.json)
 
 Each replica is a `ShardManager` running its production loop (`run`: a step every retry
@@ -19,6 +19,10 @@ retry period 1/7.5 of the lease duration, as `Controller` derives them). Per row
   lease_duration + retry_period;
 - join: a new replica starts; time until it writes its rendezvous share;
 - clean stop: a replica calls `release_all`; time until its shards are writable elsewhere.
+
+``--baseline`` also runs, after each row, the design this replaces (every replica one
+polling `LeaderElector` per shard: a GET per shard per retry period to see expiries, plus
+the holder's replace) for the same steady window, and prints the ratio.
 
 Throughout, every 5 ms, it checks that no shard is writable by two replicas, counting the
 dead one as long as its own clock lets it write (a sampled check: the tests check it after
@@ -39,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.kube.config import api_client_for
+from autoscaler.kube.leader import LeaderElector, LeaseConfig
 from autoscaler.kube.localapi import LocalKubeAPI
 from autoscaler.kube.sharding import ShardConfig, ShardManager, assign, shard_of
 from autoscaler.logging import configure_logging
@@ -198,6 +203,42 @@ async def run_row(
     }
 
 
+async def polled_baseline(replicas: int, shards: int, args: argparse.Namespace) -> float:
+    """Lease requests/s of the design this replaces: every replica runs one
+    `LeaderElector` per shard (a GET per shard and retry period, to see expiries without
+    a watch, plus the holder's replace), measured over the same steady window."""
+    d = args.lease_duration
+    async with LocalKubeAPI() as kube:
+        apis = [api_client_for(kube.url) for _ in range(replicas)]
+        tasks = []
+        try:
+            for r, api in enumerate(apis):
+                for k in range(shards):
+                    e = LeaderElector(
+                        api,
+                        LeaseConfig(
+                            namespace=NS,
+                            name=f"llm-autoscaler-shard-{k}",
+                            lease_duration_s=d,
+                            renew_deadline_s=d * 2 / 3,
+                            retry_period_s=max(d / 7.5, 0.1),
+                        ),
+                        f"replica-{r}",
+                    )
+                    tasks.append(asyncio.get_running_loop().create_task(e.run()))
+            await asyncio.sleep(max(d / 7.5, 0.1) * 2)  # everyone has stepped: leases exist
+            before = len(kube.calls)
+            start = time.monotonic()
+            await asyncio.sleep(args.steady)
+            return sum(lease_calls(kube, before).values()) / (time.monotonic() - start)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for api in apis:
+                await api.close()
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| R x S x T | spread | Lease req/s (per replica; expected) | lost replica: shards "
@@ -213,6 +254,17 @@ def table(rows: list[dict[str, Any]]) -> str:
         f"{r['stop_move_s']:.2f} s | {r['two_writers_seen']} |\n"
         for r in rows
     )
+    polled = [r for r in rows if "polled_baseline_requests_per_s" in r]
+    if polled:
+        body += (
+            "\n| R x S | Lease req/s: one watch (this) | one polling LeaderElector per shard "
+            "per replica | ratio |\n|---|---|---|---|\n"
+        )
+        body += "".join(
+            f"| {r['replicas']} x {r['shards']} | {r['steady_lease_requests_per_s']} "
+            f"| {r['polled_baseline_requests_per_s']} | {r['polled_over_watched']}x |\n"
+            for r in polled
+        )
     return head + body
 
 
@@ -221,12 +273,22 @@ def main() -> None:
     parser.add_argument("--rows", nargs="+", default=["3x16x200", "10x64x10000"])
     parser.add_argument("--lease-duration", type=float, default=15.0)
     parser.add_argument("--steady", type=float, default=10.0)
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also measure one polling LeaderElector per shard per replica (the design "
+        "this replaces), over the same steady window, side by side",
+    )
     args = parser.parse_args()
     configure_logging(fmt="console", level="WARNING")
     rows = []
     for spec in args.rows:
         r, s, t = (int(x) for x in spec.split("x"))
         row = asyncio.run(run_row(r, s, t, args))
+        if args.baseline:
+            polled = asyncio.run(polled_baseline(r, s, args))
+            row["polled_baseline_requests_per_s"] = round(polled, 2)
+            row["polled_over_watched"] = round(polled / row["steady_lease_requests_per_s"], 1)
         row["command"] = " ".join(["benchmarks/bench_shards.py", *sys.argv[1:]])
         rows.append(row)
         print(table([row]), flush=True)

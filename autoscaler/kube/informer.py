@@ -2,7 +2,8 @@
 
 client-go's reflector in miniature, over raw JSON (no model deserialisation):
 
-- list, then watch from the list's resourceVersion; a stream that ends (server timeout,
+- list (in pages of 500, ``limit``/``continue``), then watch from the list's
+  resourceVersion; a stream that ends (server timeout,
   dropped connection) resumes from the last resourceVersion seen, so no event is missed;
 - ``410 Gone`` (history compacted) re-lists, and handlers see the difference between the
   old cache and the new list as adds, updates and deletes;
@@ -62,6 +63,7 @@ class Informer(Generic[T]):
         label_selector: str | None = None,
         retry: RetryPolicy | None = None,
         watch_timeout_s: int = 300,
+        page_size: int = 500,
         sleep: Sleep = asyncio.sleep,
         rand: Callable[[], float] = random.random,
     ) -> None:
@@ -71,6 +73,7 @@ class Informer(Generic[T]):
         self._label_selector = label_selector
         self._retry = retry or RetryPolicy()
         self._watch_timeout_s = watch_timeout_s
+        self._page_size = page_size  # 0: one list of everything
         self._sleep, self._rand = sleep, rand
         self._handlers: list[Handler[T]] = []
         self.items: dict[Key, T] = {}
@@ -153,14 +156,32 @@ class Informer(Generic[T]):
         return kw
 
     async def _relist(self) -> None:
-        resp = await self._list_fn(**self._kw(), _request_timeout=self._retry.request_timeout_s)
-        self.lists += 1
-        body = await read_json(resp)
+        """List in pages of ``page_size`` (as client-go's reflector does): the client
+        never holds more than one page's JSON, and each page is reduced to records before
+        the next is read. Every page is as of the first page's resourceVersion."""
         fresh: dict[Key, T] = {}
-        for obj in body.get("items") or []:
-            fresh[object_key(obj)] = self._transform(obj)
+        token: str | None = None
+        version: str | None = None
+        while True:
+            kw = self._kw()
+            if self._page_size:
+                kw["limit"] = self._page_size
+            if token:
+                kw["_continue"] = token
+            resp = await self._list_fn(**kw, _request_timeout=self._retry.request_timeout_s)
+            self.lists += 1
+            body = await read_json(resp)
+            for obj in body.get("items") or []:
+                fresh[object_key(obj)] = self._transform(obj)
+            meta = body["metadata"]
+            if version is None:
+                version = str(meta["resourceVersion"])
+            token = meta.get("continue") or None
+            del body
+            if token is None:
+                break
         old, self.items = self.items, fresh
-        self.resource_version = str(body["metadata"]["resourceVersion"])
+        self.resource_version = version
         for key, item in fresh.items():
             prev = old.get(key)
             if prev != item:

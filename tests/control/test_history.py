@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
@@ -141,3 +143,101 @@ def test_a_replica_count_beyond_32_bits_widens_its_column_instead_of_failing() -
     big = Observation(t=2, current_replicas=3, ready_replicas=2, capacity_max_replicas=2**40)
     ring.append(big)
     assert ring[-1] == big and ring[0] == obs(1, {})
+
+
+def test_a_value_float32_cannot_hold_exactly_widens_its_column_and_reads_back_exact() -> None:
+    ring = ObservationRing(4)
+    values = [42.0, 0.1, 1e300, -0.0, 1e-45, 2.0**-149, 3.0]
+    published = []
+    for t, v in enumerate(values):
+        o = obs(t, {"running": 42.0, "odd": v})
+        ring.append(o)
+        published.append(o)
+        assert ring[-1] == o and ring[-1].signals["odd"] == v
+    assert list(ring) == published[-4:]
+    assert ring._signals.cols["running"].typecode == "f"  # integral values stay 4 bytes
+    assert ring._signals.cols["odd"].typecode == "d"
+
+
+def test_decisions_with_large_replica_counts_and_fractional_values_read_back_exact() -> None:
+    history = DecisionHistory(maxlen=3)
+    appended = []
+    for t, (replicas, value) in enumerate([(8, 336.0), (300, 0.1), (70_000, 1e-300), (9, 7.5)]):
+        metric = MetricRecommendation("running", "AverageValue", 42.0, value, replicas, None, None)
+        d = Decision(t, replicas, replicas + 1, Reason.SCALE_UP, "up", True, (metric,), {})
+        history.append(d)
+        appended.append(d)
+        assert history[-1] == d
+    assert list(history) == [replace(d, numbers={}) for d in appended[1:3]] + [appended[3]]
+
+
+def test_random_histories_read_back_what_was_appended() -> None:
+    rng = random.Random(7)
+    signals = ["running", "waiting", "ttft_p95_s", "arrival_rate_per_s"]
+
+    def number() -> float:
+        return rng.choice([float(rng.randint(0, 500)), rng.random() * 1e3, rng.random(), 0.0])
+
+    ring = ObservationRing(50)
+    history = DecisionHistory(40)
+    observed: list[Observation] = []
+    decided: list[Decision] = []
+    for t in range(300):
+        f = None
+        if rng.random() < 0.8:
+            f = Forecast(
+                rng.choice([90.0, 61.5]),
+                MappingProxyType({s: number() for s in signals if rng.random() < 0.7}),
+                rng.choice(["holt", "auto:seasonal"]),
+                MappingProxyType({s: number() for s in signals if rng.random() < 0.3}),
+            )
+        o = Observation(
+            t=float(t) + rng.random(),
+            current_replicas=rng.randint(0, 300),
+            ready_replicas=rng.randint(0, 300),
+            signals={s: number() for s in signals if rng.random() < 0.9},
+            pods_read=rng.choice([None, rng.randint(0, 300)]),
+            pending_replicas=rng.randint(0, 3),
+            capacity_max_replicas=rng.choice([None, 2**20]),
+            forecast=f,
+        )
+        ring.append(o)
+        observed.append(o)
+        metrics = tuple(
+            MetricRecommendation(
+                s,
+                rng.choice(["AverageValue", "Value"]),
+                rng.choice([42.0, 0.5]),
+                rng.choice([None, number()]),
+                rng.choice([None, rng.randint(0, 400)]),
+                rng.choice([None, number()]),
+                rng.choice([None, rng.randint(0, 400)]),
+                rng.random() < 0.5,
+                rng.random() < 0.5,
+            )
+            for s in signals[: rng.randint(0, 3)]
+        )
+        current, desired = rng.randint(0, 200), rng.randint(0, 200)
+        d = Decision(
+            t=o.t,
+            current_replicas=current,
+            desired_replicas=desired,
+            reason=rng.choice(list(Reason)),
+            message=f"hold; running={rng.randint(0, 9)}",
+            active=rng.random() < 0.5,
+            metrics=metrics,
+            numbers={"x": number()},
+            limits=tuple(rng.sample(list(Reason), rng.randint(0, 2))),
+            panic=rng.random() < 0.1,
+        )
+        history.append(d)
+        decided.append(d)
+    assert list(ring) == observed[-50:]
+    kept = decided[-40:]
+    want = [
+        d
+        if (i == len(kept) - 1 or d.current_replicas != d.desired_replicas)
+        else replace(d, numbers={})
+        for i, d in enumerate(kept)
+    ]
+    assert list(history) == want

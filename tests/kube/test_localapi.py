@@ -177,3 +177,24 @@ async def test_a_bare_replace_drops_labels_as_the_real_server(
     assert "labels" not in got["metadata"]  # so a writer must send the stored metadata back
     assert got["metadata"]["uid"] == created["metadata"]["uid"]
     assert got["metadata"]["generation"] == 2
+
+
+async def test_list_pages_with_limit_and_continue_as_of_the_first_page(kapi: LocalKubeAPI) -> None:
+    for i in range(5):
+        kapi.create(
+            "pods",
+            {"metadata": {"name": f"p{i}", "namespace": "default"}, "spec": {"containers": []}},
+        )
+    rt = kapi.resource("pods")
+    first = kapi._list(rt, None, {"limit": "2"})
+    assert [o["metadata"]["name"] for o in first["items"]] == ["p0", "p1"]
+    token = first["metadata"]["continue"]
+    kapi.create("pods", {"metadata": {"name": "p9", "namespace": "default"}, "spec": {}})
+    second = kapi._list(rt, None, {"limit": "2", "continue": token})
+    assert [o["metadata"]["name"] for o in second["items"]] == ["p2", "p3"]
+    assert second["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    last = kapi._list(rt, None, {"limit": "10", "continue": second["metadata"]["continue"]})
+    assert [o["metadata"]["name"] for o in last["items"]] == ["p4", "p9"]
+    assert "continue" not in last["metadata"]
+    everything = kapi._list(rt, None, {})
+    assert len(everything["items"]) == 6 and "continue" not in everything["metadata"]

@@ -250,3 +250,47 @@ def test_dropped_view_is_no_longer_fed_or_kept() -> None:
     index.on_event(("default", "a-0"), None, rec("a-0", {"app": "a"}))
     assert a.pods == {} and index.views == 0
     assert not index._views_by_label and not index._views_by_ns
+
+
+async def test_list_in_pages_caches_every_pod_and_misses_no_change_between_pages(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    for i in range(7):
+        kapi.create("pods", pod(f"p{i}"))
+    core = client.CoreV1Api(kclient)
+    pages: list[dict[str, Any]] = []
+    real_list = core.list_pod_for_all_namespaces
+
+    async def list_pods(**kw: Any) -> Any:
+        if not kw.get("watch"):
+            pages.append(kw)
+            if len(pages) == 2:  # a change between two pages of the one list
+                kapi.delete("pods", "default", "p0")
+                kapi.create("pods", pod("late"))
+        return await real_list(**kw)
+
+    informer: Informer[PodRecord] = Informer(
+        "pods", list_pods, pod_record, page_size=3, sleep=FakeSleep()
+    )
+    informer.start()
+    try:
+        await informer.wait_synced()
+        assert len(pages) == 3 and all(p["limit"] == 3 for p in pages)
+        assert informer.lists == 3
+        assert "_continue" not in pages[0] and pages[1]["_continue"]
+        # every pod listed once; the watch from the first page's version then shows the
+        # changes made while the later pages were read
+        await informer.wait_for(lambda: ("default", "p0") not in informer.items)
+        await informer.wait_for(lambda: ("default", "late") in informer.items)
+        assert sorted(n for _, n in informer.items) == sorted(
+            [*(f"p{i}" for i in range(1, 7)), "late"]
+        )
+    finally:
+        await informer.stop()
+
+
+async def test_a_list_smaller_than_a_page_is_one_request(kapi: LocalKubeAPI, pods: Pods) -> None:
+    for i in range(3):
+        kapi.create("pods", pod(f"q{i}"))
+    await pods.informer.wait_for(lambda: len(pods.informer.items) == 3)
+    assert pods.informer.lists == 1

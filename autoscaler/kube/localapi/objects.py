@@ -6,7 +6,9 @@ Controllers react through the `_after_write` / `_on_pod_deleted` hooks (see `wor
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
+import json
 import re
 import secrets
 import time
@@ -262,13 +264,37 @@ class ObjectStore(WatchStreams):
         except SelectorError as err:
             raise ApiError(400, "BadRequest", str(err)) from None
         w = _Watcher(rt, ns, labels, fields)
-        items = [copy.deepcopy(o) for o in self._objects[rt].values() if w.match(o)]
-        items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        rv, after = str(self._rv), None
+        token = query.get("continue")
+        if token:  # a later page: as of the first page's resourceVersion, after its key
+            try:
+                rv, after_ns, after_name = json.loads(base64.urlsafe_b64decode(token))
+            except (ValueError, TypeError) as err:
+                raise ApiError(400, "BadRequest", f"continue: invalid token ({err})") from None
+            after = (str(after_ns), str(after_name))
+        limit = _limit(query.get("limit"))
+
+        def key(o: Obj) -> tuple[str, str]:
+            return (o["metadata"].get("namespace", ""), o["metadata"]["name"])
+
+        matched = sorted(
+            (
+                o
+                for o in self._objects[rt].values()
+                if w.match(o) and (after is None or key(o) > after)
+            ),
+            key=key,
+        )
+        meta: dict[str, Any] = {"resourceVersion": rv}
+        if limit is not None and len(matched) > limit:
+            matched = matched[:limit]
+            last = key(matched[-1])
+            meta["continue"] = base64.urlsafe_b64encode(json.dumps([rv, *last]).encode()).decode()
         return {
             "kind": f"{rt.kind}List",
             "apiVersion": rt.api_version,
-            "metadata": {"resourceVersion": str(self._rv)},
-            "items": items,
+            "metadata": meta,
+            "items": [copy.deepcopy(o) for o in matched],
         }
 
     def _owned_pods(self, owner: Obj) -> list[Obj]:
@@ -284,3 +310,16 @@ class ObjectStore(WatchStreams):
 
     def _on_pod_deleted(self, pod: Obj) -> None:
         """Hook after a pod's deletion (its runtime is stopped, its owner reconciled)."""
+
+
+def _limit(value: str | None) -> int | None:
+    """``limit`` of a list: a positive integer (0 or absent: everything)."""
+    if not value:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise ApiError(400, "BadRequest", f"limit: value {value!r} must be an integer") from None
+    if n < 0:
+        raise ApiError(400, "BadRequest", f"limit: value {n} must be >= 0")
+    return n or None

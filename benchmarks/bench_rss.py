@@ -1,0 +1,660 @@
+"""The controller's whole memory at fleet scale, in steady state: RSS and where it goes.
+
+Usage:
+    nice -n 10 .venv/bin/python benchmarks/bench_rss.py [--targets 1000] [--ticks 32]
+        [--step 2] [--variants now] [--trace]
+
+One process is the cluster (as in bench_scale.py): the local Kubernetes API endpoint with
+N Deployments, N x 8 Ready pods and N LLMAutoscalers, and every pod's /metrics on its own
+loopback address; each pod's counters and buckets grow on every scrape and never reset
+(a steady fleet). The measured process is a fresh interpreter per variant that composes
+the controller as ``llm-autoscaler run`` does (`autoscaler.app.Controller`: CRD policy
+store and watch, leader election, the shared informers, pod scraping, the control loop,
+the REST and gRPC servers, ``/metrics``), except that the control loop runs on a fake
+clock the benchmark advances, so steady state comes in minutes instead of 10:
+
+1. before the controller starts, one target is run through the real `ControlLoop` with
+   the forecast planner for 700 ticks of that fake clock (bench_memory.py's recording);
+2. the controller starts and syncs its informers and targets; after its first tick each
+   target's observation ring (600) and decision history (500) are filled with that
+   recording (each target its own copies of the decisions' messages, metrics and
+   numbers, as the loop makes them) and its planner replaced by a copy of the recorded
+   one (each copy its own floats, as each target's planner has);
+3. ``--ticks`` real ticks follow (every target scrapes its 8 pods over HTTP, parses,
+   updates its windows and planner, decides, publishes), the fake clock ``--step``
+   seconds apart: 32 ticks 2 s apart cover the 60 s scrape window, and a pod's window
+   then holds as many rows as with 1 s scrapes (11: a row at most every window/12 = 5 s
+   plus the newest; 5 s steps would keep 7); the newest entries of every history are
+   then the loop's own.
+
+Then: RSS (VmRSS, after gc) by phase (interpreter, imports, controller started + informers
+synced + first tick, histories and planners filled, windows full), RSS after
+``malloc_trim(0)`` (what the allocator holds free), and with ``--trace`` a tracemalloc
+breakdown by component (a second interpreter per variant, tracing from after the imports;
+each allocation goes to the innermost frame of a file with a known owner, so a parsed
+JSON string the pod record keeps counts for the informer cache, not for ``json``).
+``--variants`` names implementations measured side by side against the same cluster:
+``now`` (the working tree) and ``before`` (the modules in `BEFORE`, copied under
+benchmarks/baseline/ from the commit named in their file names, and kubernetes_asyncio's
+client imported whole before `autoscaler`, which leaves autoscaler/_lazy_kube.py off).
+
+Prints tables; writes benchmarks/results/rss.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import gc
+import importlib.util
+import json
+import multiprocessing
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "rss.json"
+NAMESPACE = "fleet"
+PODS = 8
+POLICY = {  # bench_scale.py's: steady at 8 replicas, forecast planner on
+    "maxReplicaCount": 16,
+    "metrics": [{"signal": "running", "target": 42}],
+    "prediction": {"enabled": True},
+}
+PAGE = (ROOT / "tests" / "fixtures" / "metrics" / "vllm_v1_0.10.txt").read_text()
+# module -> baseline file: what variant "before" imports instead of the working tree's
+BEFORE: dict[str, str] = {
+    "autoscaler.control.history": "benchmarks/baseline/history_cc41b84.py",
+    "autoscaler.kube.informer": "benchmarks/baseline/informer_cc41b84.py",
+}
+HEAVY_MODULES = ("matplotlib", "autoscaler.sim", "autoscaler.emulator", "autoscaler.demo")
+
+
+def pod_ip(g: int) -> str:
+    return f"127.{1 + g // 62500}.{(g // 250) % 250}.{g % 250 + 1}"
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+# ------------------------------------------------------------------------------ cluster
+class _Page:
+    """The vLLM V1 fixture page at a pod's ``k``-th scrape: every cumulative value grown
+    (counters never reset), the running/waiting/KV-cache gauges moving, as on a busy pod."""
+
+    GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+
+    def __init__(self) -> None:
+        import re
+
+        value = re.compile(r"^(\S+?)(\{[^}]*\})? (\S+)$", re.M)
+        self.parts: list[str] = []
+        self.kinds: list[int] = []  # 0: cumulative, 1..3: a gauge of GAUGES
+        self.values: list[float] = []
+        pos = 0
+        for m in value.finditer(PAGE):
+            name = m.group(1)
+            if name.endswith(("_bucket", "_count", "_sum", "_total")):
+                kind = 0
+            elif name in self.GAUGES:
+                kind = 1 + self.GAUGES.index(name)
+            else:
+                continue
+            self.parts.append(PAGE[pos : m.start(3)])
+            self.kinds.append(kind)
+            self.values.append(float(m.group(3)))
+            pos = m.end(3)
+        self.tail = PAGE[pos:]
+
+    def response(self, g: int, k: int) -> bytes:
+        step = 1 + g % 7
+        gauges = (
+            float(40 + (k + g) % 5),
+            float((3 * k + g) % 7),
+            0.5 + ((7 * k + g) % 40) / 97,
+        )
+        out: list[str] = []
+        for i, (part, kind, value) in enumerate(
+            zip(self.parts, self.kinds, self.values, strict=True)
+        ):
+            out.append(part)
+            out.append(repr(value + k * step * (1 + i % 3) if kind == 0 else gauges[kind - 1]))
+        out.append(self.tail)
+        body = "".join(out).encode()
+        head = (
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        return head + body
+
+
+class _Pod(asyncio.Protocol):
+    def __init__(self, page: _Page, g: int) -> None:
+        self.page, self.g, self.sent, self.buffer = page, g, 0, b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            self.buffer = self.buffer[end + 4 :]
+            assert self.transport is not None
+            self.transport.write(self.page.response(self.g, self.sent))
+            self.sent += 1
+
+
+def serve_cluster(targets: int, ready_file: str) -> None:
+    asyncio.run(_serve_cluster(targets, Path(ready_file)))
+
+
+async def _serve_cluster(targets: int, ready: Path) -> None:
+    from autoscaler.domain import TargetRef
+    from autoscaler.kube.crd import spec_to_object
+    from autoscaler.kube.localapi import LocalKubeAPI
+    from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL
+    from autoscaler.policy.schema import load_policy
+    from autoscaler.store.base import ScaleTargetRef, TargetSpec
+
+    loop = asyncio.get_running_loop()
+    page = _Page()
+    servers, port = [], 0
+    for g in range(targets * PODS):
+        server = await loop.create_server(lambda g=g: _Pod(page, g), pod_ip(g), port)
+        port = server.sockets[0].getsockname()[1]  # the same port on every pod IP
+        servers.append(server)
+    policy = load_policy(POLICY)
+    async with LocalKubeAPI(port=0) as kube:
+        for t in range(targets):
+            name = f"m{t:04d}"
+            labels = {"app": name}
+            container = {"name": "vllm", "image": "vllm/vllm-openai:v0.10.0"}
+            kube.create(
+                "deployments",
+                {
+                    "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
+                    "spec": {
+                        "replicas": PODS,
+                        "selector": {"matchLabels": labels},
+                        "template": {
+                            "metadata": {"labels": labels},
+                            "spec": {"containers": [container]},
+                        },
+                    },
+                },
+                group="apps",
+            )
+            for p in range(PODS):
+                pod = f"{name}-{p}"
+                kube.create(
+                    "pods",
+                    {
+                        "metadata": {"name": pod, "namespace": NAMESPACE, "labels": labels},
+                        "spec": {"containers": [container]},
+                    },
+                )
+                kube.mark_pod_ready(NAMESPACE, pod, ip=pod_ip(t * PODS + p))
+            spec = TargetSpec(
+                ref=TargetRef(NAMESPACE, name),
+                policy=policy,
+                scale_target_ref=ScaleTargetRef(name=name),
+                metrics_port=port,
+            )
+            kube.create(CRD_PLURAL, spec_to_object(spec), group=CRD_GROUP)
+        tmp = ready.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"url": kube.url}))
+        tmp.replace(ready)
+        await asyncio.Event().wait()  # until terminated
+
+
+# --------------------------------------------------------------------------- components
+# file (relative to site-packages or the repo) -> component; first match, longest first
+COMPONENTS: tuple[tuple[str, str], ...] = (
+    ("autoscaler/kube/informer.py", "informer caches (pods, workloads, nodes) + pod index"),
+    ("autoscaler/kube/pods.py", "informer caches (pods, workloads, nodes) + pod index"),
+    ("autoscaler/kube/scale.py", "informer caches (pods, workloads, nodes) + pod index"),
+    ("autoscaler/kube/capacity.py", "informer caches (pods, workloads, nodes) + pod index"),
+    ("autoscaler/kube/cache.py", "informer caches (pods, workloads, nodes) + pod index"),
+    ("autoscaler/kube/selectors.py", "informer caches (pods, workloads, nodes) + pod index"),
+    ("autoscaler/kube/gpu.py", "informer caches (pods, workloads, nodes) + pod index"),
+    ("autoscaler/store/", "policy store: LLMAutoscaler specs + CRD cache"),
+    ("autoscaler/kube/crd.py", "policy store: LLMAutoscaler specs + CRD cache"),
+    ("autoscaler/policy/schema.py", "policy store: LLMAutoscaler specs + CRD cache"),
+    ("autoscaler/policy/", "decision objects (policy core)"),
+    ("autoscaler/control/history.py:decisions", "decision histories"),
+    ("autoscaler/control/history.py:observations", "observation rings"),
+    ("autoscaler/control/loop.py", "control loop (per-target state, decision numbers)"),
+    ("autoscaler/control/", "control loop (per-target state, decision numbers)"),
+    ("autoscaler/forecast/", "forecast planners"),
+    ("autoscaler/metrics/signals.py", "scrape windows (metrics/signals.py)"),
+    ("autoscaler/metrics/page_client.py", "pod scrape connections (page client)"),
+    ("autoscaler/metrics/", "parsed pages kept (metrics parser)"),
+    ("autoscaler/api/metrics.py", "/metrics collector"),
+    ("prometheus_client/", "/metrics collector"),
+    ("autoscaler/kube/", "kube adapters (events, leader, status)"),
+    ("kubernetes_asyncio/", "kubernetes-asyncio"),
+    ("aiohttp/", "aiohttp"),
+    ("asyncio/", "asyncio (transports, tasks)"),
+    ("autoscaler/api/", "REST API / dashboard"),
+    ("fastapi/", "REST API / dashboard"),
+    ("starlette/", "REST API / dashboard"),
+    ("uvicorn/", "REST API / dashboard"),
+    ("grpc/", "gRPC (KEDA)"),
+    ("autoscaler/keda/", "gRPC (KEDA)"),
+    ("tracemalloc.py", "tracemalloc snapshot (not the controller)"),
+)
+
+
+def _ranges() -> dict[str, list[tuple[int, int, str]]]:
+    """file -> line ranges of the classes/functions whose allocations have their own
+    component (history.py's two histories; the benchmark's fill stands for what the loop
+    would have built: decision copies kept by the histories, planner copies)."""
+    import inspect
+
+    import bench_memory
+
+    from autoscaler.control import history
+
+    out: dict[str, list[tuple[int, int, str]]] = {}
+    for obj, name in (
+        (history.DecisionHistory, "autoscaler/control/history.py:decisions"),
+        (history.ObservationRing, "autoscaler/control/history.py:observations"),
+        (history._Columns, "autoscaler/control/history.py:observations"),
+        (bench_memory.clone, "autoscaler/control/history.py:decisions"),
+        (bench_memory._new_float, "autoscaler/control/history.py:decisions"),
+        (_planner_copy, "autoscaler/forecast/"),
+    ):
+        lines, start = inspect.getsourcelines(obj)  # type: ignore[arg-type]
+        path = inspect.getsourcefile(obj)  # type: ignore[arg-type]
+        assert path is not None
+        out.setdefault(path, []).append((start, start + len(lines), name))
+    return out
+
+
+class Classifier:
+    def __init__(self) -> None:
+        self.ranges = _ranges()
+        self._by_file: dict[str, str | None] = {}
+
+    def _file(self, filename: str, lineno: int) -> str | None:
+        ranges = self.ranges.get(filename)
+        if ranges is not None:
+            for lo, hi, name in ranges:
+                if lo <= lineno < hi:
+                    filename = name
+                    break
+        elif filename in self._by_file:
+            return self._by_file[filename]
+        for key, component in COMPONENTS:
+            if key in filename:
+                if ":" not in filename:
+                    self._by_file[filename] = component
+                return component
+        if ":" not in filename:
+            self._by_file[filename] = None
+        return None
+
+    def __call__(self, traceback: tracemalloc.Traceback) -> str:
+        for frame in reversed(traceback):  # innermost first (tracemalloc: oldest first)
+            component = self._file(frame.filename, frame.lineno)
+            if component is not None:
+                return component
+        f = traceback[-1].filename
+        return "other: " + ("/".join(Path(f).parts[-2:]) if f else "?")
+
+
+# ------------------------------------------------------------------------------- child
+def apply_variant(variant: str) -> None:
+    """Variant ``before``: kubernetes_asyncio.client imported whole (as before
+    autoscaler/_lazy_kube.py), and the baseline copies in place of the named modules."""
+    if variant != "before":
+        return
+    import kubernetes_asyncio.client  # noqa: F401  (first: the lazy client stays off)
+
+    for module, path in BEFORE.items():
+        spec = importlib.util.spec_from_file_location(module, ROOT / path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[module] = mod
+        spec.loader.exec_module(mod)
+
+
+def _own_float(x: float, memo: dict[int, Any]) -> float:
+    y = memo.get(id(x))
+    if y is None:
+        y = memo[id(x)] = x * 1.0  # a new object (sign of zero and NaN kept)
+    return y  # type: ignore[no-any-return]
+
+
+def _planner_copy(planner: Any, spec: Any) -> Any:
+    """A copy of the recorded planner with its own floats (shared within the copy as in
+    the original, where a sample sits in a book and in its sorted copy)."""
+    import copy
+
+    atomic = copy._deepcopy_dispatch[float]  # type: ignore[attr-defined]
+    copy._deepcopy_dispatch[float] = _own_float  # type: ignore[attr-defined]
+    try:
+        adapter = copy.deepcopy(planner)
+    finally:
+        copy._deepcopy_dispatch[float] = atomic  # type: ignore[attr-defined]
+    adapter.spec = spec
+    return adapter
+
+
+def _proxy(d: dict[str, Any]) -> Any:
+    from types import MappingProxyType
+
+    return MappingProxyType(d)
+
+
+def malloc_trim() -> bool:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    libc.malloc_trim(0)
+    return True
+
+
+async def child(url: str, args: argparse.Namespace, variant: str, trace: bool) -> dict[str, Any]:
+    rss: dict[str, float] = {"interpreter": rss_mb()}
+    apply_variant(variant)
+    import copyreg
+    from types import MappingProxyType
+
+    import autoscaler.app
+    from autoscaler.control.clock import FakeClock
+    from autoscaler.control.state import HISTORY_LEN, OBSERVATIONS_LEN
+    from autoscaler.kube.config import api_client_for
+    from autoscaler.logging import configure_logging
+    from autoscaler.settings import GrpcSettings, HttpSettings, Settings
+
+    gc.collect()
+    rss["imports"] = rss_mb()
+    heavy = sorted(
+        {
+            m.split(".")[0] if m.startswith("matplotlib") else m
+            for m in sys.modules
+            if m.startswith(HEAVY_MODULES)
+        }
+    )
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_memory  # the recording (after the imports' RSS: not the controller's)
+
+    copyreg.pickle(MappingProxyType, lambda m: (_proxy, (dict(m),)))
+    configure_logging("json", "WARNING")
+    # 1. one target's steady history through the real loop (fake time 1000..1700)
+    recorded, planner = await bench_memory._record_target(700)
+    gc.collect()
+    if trace:
+        tracemalloc.start(12)
+    clock = FakeClock(1701.0)
+
+    class Loop(autoscaler.app.ControlLoop):
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            super().__init__(*a, clock=clock, **kw)
+
+    autoscaler.app.ControlLoop = Loop  # type: ignore[misc]
+    settings = Settings(
+        http=HttpSettings(host="127.0.0.1", port=0),
+        grpc=GrpcSettings(host="127.0.0.1", port=0),
+        tick_interval_s=1.0,
+        leader_election=True,
+        scrape_concurrency=64,
+    )
+    api = api_client_for(url)
+    ctl = autoscaler.app.Controller(settings, api, identity=f"bench-{variant}")
+    t0 = time.monotonic()
+    cpu0 = time.process_time()
+    await ctl.start()
+    assert ctl.loop is not None and ctl.cache is not None
+    state = ctl.state
+    phase_peak: dict[str, float] = {}
+
+    def mark(name: str) -> None:
+        gc.collect()
+        rss[name] = rss_mb()
+        if trace:
+            current, peak = tracemalloc.get_traced_memory()
+            phase_peak[name] = peak / 2**20
+            tracemalloc.reset_peak()
+
+    mark("started")
+
+    async def wait_ticks(n: int) -> None:
+        deadline = time.monotonic() + 1800
+        while state.ticks < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"tick {n} did not complete")
+            await asyncio.sleep(0.05)
+
+    await ctl.cache.wait_synced(600)
+    while len(state.targets) < args.targets or not state.is_leader:  # noqa: ASYNC110
+        await asyncio.sleep(0.1)  # polling the controller from outside, as a probe would
+    mark("synced")
+    first = state.ticks + 1
+    # the first tick may have run before the pods were cached: tick until every target read
+    # all its pods once
+    while True:
+        await clock.advance(args.step)
+        await wait_ticks(first)
+        first += 1
+        ok = sum(
+            1
+            for st in state.targets.values()
+            if st.last_decision is not None and st.observations[-1].pods_read == PODS
+        )
+        if ok == args.targets:
+            break
+    mark("first_tick")
+
+    # 2. steady histories and planners for every target
+    loop = ctl.loop
+    for ref, st in state.targets.items():
+        for obs, _ in recorded[-OBSERVATIONS_LEN:]:
+            st.observations.append(obs)
+        for _, decision in recorded[-HISTORY_LEN:]:
+            st.history.append(bench_memory.clone(decision))
+        loop._planners[ref] = _planner_copy(planner, st.spec)
+    del recorded, planner
+    mark("histories")
+
+    # 3. real ticks: windows full, newest history entries the loop's own
+    for _ in range(args.ticks):
+        await clock.advance(args.step)
+        await wait_ticks(first)
+        first += 1
+    wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
+    mark("steady")
+    out: dict[str, Any] = {"variant": variant, "rss_mb": rss, "heavy_modules": heavy}
+    if trace:
+        out["traced_peak_mb"] = phase_peak
+    source = ctl.loop.signals.source  # type: ignore[attr-defined]
+    rows = [len(h.rows) for hs in source._histories.values() for h in hs.values()]
+    out["counts"] = {
+        "targets": len(state.targets),
+        "pods_cached": len(ctl.cache.pods.items),
+        "deployments_cached": len(ctl.cache.deployments.items),
+        "windows": len(rows),
+        "window_rows_per_pod": sum(rows) / max(len(rows), 1),
+        "observations_per_target": min(len(st.observations) for st in state.targets.values()),
+        "decisions_per_target": min(len(st.history) for st in state.targets.values()),
+        "planners": len(loop._planners),
+        "ticks": state.ticks,
+        "fake_time_s": clock.now(),
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+    }
+    if trace:
+        snap = tracemalloc.take_snapshot()
+        overhead = tracemalloc.get_tracemalloc_memory()
+        tracemalloc.stop()
+        classify = Classifier()
+        by: dict[str, int] = {}
+        other: dict[str, int] = {}
+        for stat in snap.statistics("traceback"):
+            c = classify(stat.traceback)
+            by[c] = by.get(c, 0) + stat.size
+            if c.startswith("other"):
+                f = stat.traceback[-1]
+                key = f"{f.filename}:{f.lineno}"
+                other[key] = other.get(key, 0) + stat.size
+        out["traced_mb"] = {k: v / 2**20 for k, v in sorted(by.items(), key=lambda kv: -kv[1])}
+        out["traced_other_top"] = {
+            k: v / 2**20 for k, v in sorted(other.items(), key=lambda kv: -kv[1])[:15]
+        }
+        out["tracemalloc_overhead_mb"] = overhead / 2**20
+    else:
+        out["trimmed"] = malloc_trim()
+        rss["after_malloc_trim"] = rss_mb()
+    await ctl.stop()
+    await api.close()
+    return out
+
+
+def child_main(argv: Sequence[str]) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("variant")
+    parser.add_argument("--targets", type=int, required=True)
+    parser.add_argument("--ticks", type=int, required=True)
+    parser.add_argument("--step", type=float, required=True)
+    parser.add_argument("--trace", action="store_true")
+    args = parser.parse_args(argv)
+    result = asyncio.run(child(args.url, args, args.variant, args.trace))
+    print(json.dumps(result), flush=True)
+
+
+# -------------------------------------------------------------------------------- main
+def table(rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(str(c) for c in rows[0]) + " |"]
+    lines.append("|" + "---|" * len(rows[0]))
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows[1:]]
+    return "\n".join(lines)
+
+
+def run_child(url: str, variant: str, args: argparse.Namespace, trace: bool) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        url,
+        variant,
+        "--targets",
+        str(args.targets),
+        "--ticks",
+        str(args.ticks),
+        "--step",
+        str(args.step),
+    ]
+    if trace:
+        cmd.append("--trace")
+    env = dict(os.environ)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"child {variant} failed:\n{proc.stderr[-4000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child_main(sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", type=int, default=1000)
+    parser.add_argument("--ticks", type=int, default=32)
+    parser.add_argument("--step", type=float, default=2.0)
+    parser.add_argument("--variants", nargs="+", default=["now"])
+    parser.add_argument("--trace", action="store_true", help="also a tracemalloc run per variant")
+    args = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    command = "benchmarks/bench_rss.py " + " ".join(sys.argv[1:])
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        ready = Path(tmp) / "ready.json"
+        proc = multiprocessing.Process(
+            target=serve_cluster, args=(args.targets, str(ready)), daemon=True
+        )
+        proc.start()
+        try:
+            deadline = time.monotonic() + 900
+            while not ready.exists():
+                if time.monotonic() > deadline or not proc.is_alive():
+                    raise RuntimeError("the cluster process did not come up")
+                time.sleep(0.5)
+            url = json.loads(ready.read_text())["url"]
+            for variant in args.variants:
+                results[variant] = run_child(url, variant, args, trace=False)
+                print(f"{variant}: {json.dumps(results[variant])}", file=sys.stderr, flush=True)
+                if args.trace:
+                    traced = run_child(url, variant, args, trace=True)
+                    results[variant]["traced"] = traced
+                    print(f"{variant} traced: {json.dumps(traced)}", file=sys.stderr, flush=True)
+        finally:
+            proc.terminate()
+            proc.join(timeout=10)
+    names = list(results)
+    phases = [
+        ("interpreter", "interpreter"),
+        ("imports", "+ imports (autoscaler.app)"),
+        ("started", "+ controller started (targets listed, servers up)"),
+        ("synced", "+ informers synced (8 x N pods, N Deployments), leader"),
+        ("first_tick", "+ every target's pods read once"),
+        ("histories", "+ 600 observations, 500 decisions, steady planner per target"),
+        ("steady", f"+ {args.ticks} ticks {args.step:g} s apart (windows full): **steady**"),
+        ("after_malloc_trim", "after malloc_trim(0)"),
+    ]
+    rows: list[list[object]] = [["RSS (MB)", *names]]
+    for key, label in phases:
+        rows.append([label, *(f"{results[n]['rss_mb'].get(key, float('nan')):.1f}" for n in names)])
+    print(table(rows))
+    if args.trace:
+        comps: list[str] = []
+        for n in names:
+            for c in results[n]["traced"]["traced_mb"]:
+                if c not in comps:
+                    comps.append(c)
+        trows: list[list[object]] = [["traced (MB, tracemalloc)", *names]]
+        for c in comps:
+            trows.append(
+                [c, *(f"{results[n]['traced']['traced_mb'].get(c, 0.0):.1f}" for n in names)]
+            )
+        trows.append(
+            [
+                "**sum traced**",
+                *(f"{sum(results[n]['traced']['traced_mb'].values()):.1f}" for n in names),
+            ]
+        )
+        print()
+        print(table(trows))
+    for n in names:
+        print(
+            f"\n{n}: counts {json.dumps(results[n]['counts'])}; heavy modules imported: "
+            f"{results[n]['heavy_modules'] or 'none'}"
+        )
+    doc = {"benchmark": "rss", "command": command, "results": results}
+    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()

@@ -6,7 +6,7 @@ Before/after: --baseline REV [--rounds 2] measures that git revision's code (ext
 with ``git archive``) and this tree alternately in fresh processes, the median of each
 side by side (writes benchmarks/results/scale_vs_baseline.json). The controller runs on
 the event loop and GC settings of `llm-autoscaler run` (`autoscaler.commands.run`:
-``run_loop``, ``tune_gc``) when the code measured has them, else on asyncio's defaults.
+``run_loop``, ``tune_gc``) when the code measured has them, else on the defaults.
 
 The measured process runs the same composition as ``llm-autoscaler run`` (the
 `Controller`: CRD policy store + watch, leader election, informers, pod scraping, the
@@ -223,14 +223,16 @@ async def measure(
     ctl = Controller(settings, api, identity="bench", metrics=metrics)
     t0 = time.monotonic()
     await ctl.start()
-    tune_gc = _run_module_attr("tune_gc")
-    if tune_gc is not None:  # what `llm-autoscaler run` does once started (if this code has it)
-        tune_gc()
+    # what `llm-autoscaler run` does once started, as far as the code measured has it
+    tune = _run_module_attr("tune_gc")
+    if tune is not None:
+        tune()
     samples: list[dict[str, float]] = []
     try:
         await asyncio.sleep(args.warmup)
         start_t, start_cpu, start_dec = time.monotonic(), cpu_s(), metrics.decided
         start_gc, start_gc_n = list(gc_time), list(gc_count)
+        start_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start_calls = api_calls()
         end_t = start_t + args.duration
         while (now := time.monotonic()) < end_t:
@@ -246,6 +248,7 @@ async def measure(
         cpu = cpu_s() - start_cpu
         decisions = metrics.decided - start_dec
         end_calls = api_calls()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start_faults
         gc_s = [b - a for a, b in zip(start_gc, gc_time, strict=True)]
         gc_n = [b - a for a, b in zip(start_gc_n, gc_count, strict=True)]
         samples.append(
@@ -285,6 +288,7 @@ async def measure(
         "cpu_ms_per_tick_per_target": round(1000 * cpu / max(len(window), 1) / targets, 3),
         "cpu_ms_per_decision": round(1000 * cpu / max(decisions, 1), 3),
         "gc_ms_per_s": round(1000 * sum(gc_s) / wall, 1),
+        "minor_faults_per_s": round(faults / wall),
         "gc_collections_by_generation": gc_n,
         "gc_ms_by_generation": [round(1000 * x, 1) for x in gc_s],
         "gc_collected_by_generation": list(gc_found),
@@ -402,6 +406,7 @@ COMPARED = (
     ("tick p99 (ms)", "tick_p99_ms"),
     ("decisions/target/s", "decisions_per_target_s"),
     ("GC ms/s", "gc_ms_per_s"),
+    ("minor page faults/s", "minor_faults_per_s"),
     ("RSS end (MB)", "rss_mb_end"),
 )
 

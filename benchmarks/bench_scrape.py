@@ -10,7 +10,8 @@ body, parse, adapter, per-pod windows, aggregate) for ``--ticks`` ticks of ``--p
 pods, and each pod's GET alone (body read, no parse), so the table splits a scrape into
 HTTP and the rest. The code measured is ``--baseline`` (a git revision, extracted with
 ``git archive``: asyncio only, as the code before uvloop support), this tree (or
-``--current REV``) on asyncio's loop, and the same on uvloop when it is installed. The
+``--current REV``) on asyncio's loop, the same on uvloop when it is installed, and on
+uvloop with the GC settings `llm-autoscaler run` applies (``tune_gc``). The
 pods are served by another process pinned to core 1, so the server side never competes
 for the scraper's core: a minimal asyncio HTTP/1.1 keep-alive responder (precomputed
 responses). Each pod's page is the vLLM V1 fixture (496 lines, 46 kB) with its counters
@@ -33,6 +34,7 @@ import json
 import multiprocessing
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -118,6 +120,7 @@ async def measure(ports: list[int], pods: int, ticks: int) -> dict[str, Any]:
             now += 1.0
             await source.read("warmup", endpoints, now)
         for kind in ("get", "scrape"):
+            faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             cpu0, wall0 = time.process_time(), time.perf_counter()
             for _ in range(ticks):
                 now += 1.0
@@ -132,6 +135,8 @@ async def measure(ports: list[int], pods: int, ticks: int) -> dict[str, Any]:
                     out["failures"] += sum(not isinstance(b, bytes) for b in bodies)
             out[f"{kind}_cpu_s"] = time.process_time() - cpu0
             out[f"{kind}_wall_s"] = time.perf_counter() - wall0
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+            out[f"{kind}_faults"] = faults / (ticks * pods)
     finally:
         await source.close()
     out["event_loop"] = type(asyncio.get_running_loop()).__module__
@@ -144,6 +149,10 @@ def worker(args: argparse.Namespace) -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {0})  # the scraper: one core
     ports = [int(p) for p in args.ports.split(",")]
+    if args.tuned:  # the GC settings `llm-autoscaler run` applies once started
+        from autoscaler.commands.run import tune_gc
+
+        tune_gc()
     main = measure(ports, args.pods, args.ticks)
     if args.loop == "uvloop":
         import uvloop
@@ -175,11 +184,14 @@ def _rev(rev: str) -> str:
     ).stdout.strip()
 
 
-def _run_worker(code: Path | None, loop: str, ports: list[int], args: argparse.Namespace) -> Any:
+def _run_worker(
+    code: Path | None, loop: str, tuned: bool, ports: list[int], args: argparse.Namespace
+) -> Any:
     env = dict(os.environ)
     if code is not None:
         env["PYTHONPATH"] = str(code)
     cmd = [sys.executable, __file__, "--worker", "--loop", loop, "--pods", str(args.pods)]
+    cmd += ["--tuned"] if tuned else []
     cmd += ["--ticks", str(args.ticks), "--ports", ",".join(map(str, ports))]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     result = json.loads(out.strip().splitlines()[-1])
@@ -200,6 +212,7 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--loop", default="asyncio", help=argparse.SUPPRESS)
     parser.add_argument("--ports", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--tuned", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
@@ -221,11 +234,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             base_code = _extract(base_rev, Path(tmp) / "base")
             cur_code = _extract(args.current, Path(tmp) / "cur") if args.current else None
-            configs = [(f"baseline {base_rev}, asyncio", base_code, "asyncio")]
-            configs += [(f"{current}, {loop}", cur_code, loop) for loop in loops]
+            configs = [(f"baseline {base_rev}, asyncio", base_code, "asyncio", False)]
+            configs += [(f"{current}, {loop}", cur_code, loop, False) for loop in loops]
+            configs.append((f"{current}, {loops[-1]} + tune_gc (= run)", cur_code, loops[-1], True))
             for _ in range(args.rounds):
-                for label, code, loop in configs:
-                    runs.setdefault(label, []).append(_run_worker(code, loop, ports, args))
+                for label, code, loop, tuned in configs:
+                    runs.setdefault(label, []).append(_run_worker(code, loop, tuned, ports, args))
     finally:
         proc.terminate()
         proc.join(timeout=10)
@@ -233,7 +247,7 @@ def main() -> None:
     base_label = configs[0][0]
     rows = []
     for kind, title in (("get", "GET only"), ("scrape", "scrape: GET + parse + signals")):
-        for label, _, _ in configs:
+        for label, _, _, _ in configs:
             cpu = [r[f"{kind}_cpu_s"] for r in runs[label]]
             wall = [r[f"{kind}_wall_s"] for r in runs[label]]
             base = [r[f"{kind}_cpu_s"] for r in runs[base_label]]
@@ -249,6 +263,9 @@ def main() -> None:
                     "scrapes_per_s_wall": round(scrapes * len(wall) / sum(wall)),
                     "core_busy": round(sum(cpu) / sum(wall), 3),
                     "failures": sum(r["failures"] for r in runs[label]),
+                    "minor_faults_per_scrape": round(
+                        statistics.median(r[f"{kind}_faults"] for r in runs[label]), 2
+                    ),
                     "event_loop": runs[label][0]["event_loop"],
                 }
             )
@@ -257,15 +274,15 @@ def main() -> None:
         "CPU of the worker process; vs baseline = median of per-round ratios (min-max)"
     )
     print(
-        f"{'row':58} {'CPU us/scrape':>13} {'vs baseline':>14} {'per CPU s':>9} "
-        f"{'wall /s':>8} {'busy':>5} {'fail':>4}"
+        f"{'row':72} {'CPU us/scrape':>13} {'vs baseline':>14} {'per CPU s':>9} "
+        f"{'wall /s':>8} {'busy':>5} {'fail':>4} {'faults':>6}"
     )
     for r in rows:
         spread = f"{r['vs_baseline']:.2f}x ({r['vs_baseline_min']:.1f}-{r['vs_baseline_max']:.1f})"
         print(
-            f"{r['row']:58} {r['cpu_us_per_scrape']:13.1f} {spread:>14} "
+            f"{r['row']:72} {r['cpu_us_per_scrape']:13.1f} {spread:>14} "
             f"{r['scrapes_per_cpu_s']:9d} {r['scrapes_per_s_wall']:8d} "
-            f"{r['core_busy']:5.0%} {r['failures']:4d}"
+            f"{r['core_busy']:5.0%} {r['failures']:4d} {r['minor_faults_per_scrape']:6.2f}"
         )
     result = {
         "command": " ".join(["benchmarks/bench_scrape.py", *sys.argv[1:]]),

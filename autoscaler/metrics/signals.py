@@ -34,7 +34,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import accumulate, pairwise
 
 from autoscaler.domain import FRACTION_SIGNALS
 from autoscaler.metrics.engines import EngineSnapshot
@@ -450,16 +450,14 @@ def _quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) ->
     """`histogram_quantile` for 0 <= q <= 1 over ascending ``bounds``."""
     if len(bounds) < 2 or bounds[-1] != math.inf:
         return None
-    counts: list[float] = []
-    running = 0.0
-    for c in cumulative:
-        running = max(running, c)
-        counts.append(running)
+    # the running maximum (non-monotonic counts fixed as Prometheus does), in C loops
+    counts = list(accumulate(cumulative, max, initial=0.0))
+    del counts[0]
     observations = counts[-1]
     if observations <= 0:
         return None
-    rank = q * observations
-    idx = next(i for i, c in enumerate(counts) if c >= rank)
+    rank = q * observations  # <= observations: some bucket reaches it
+    idx = bisect_left(counts, rank)  # the first bucket whose count reaches the rank
     if idx == len(bounds) - 1:
         return bounds[-2]
     if idx == 0 and bounds[0] <= 0:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoscaler.metrics.engines import EngineSnapshot
 from autoscaler.metrics.exposition import HistogramData
@@ -104,3 +106,42 @@ def test_bucket_layout_change_mid_window_counts_new_buckets_from_their_first_sig
     # Increases: 4 in (0.1, 0.25] (new bucket, from zero) and 10 + 4 in (0.1, 0.5]:
     # cumulative 0.25 -> 4, 0.5 -> 14; p50 rank 7 lies in (0.25, 0.5].
     assert out["ttft_p50_s"] == pytest.approx(0.25 + 0.25 * (7 - 4) / 10)
+
+
+def _quantile_per_bucket(q: float, buckets: dict[float, float]) -> float | None:
+    """`histogram_quantile` as written before its C-loop running maximum and bisection."""
+    bounds = sorted(buckets)
+    if len(bounds) < 2 or bounds[-1] != INF:
+        return None
+    counts: list[float] = []
+    running = 0.0
+    for b in bounds:
+        running = max(running, buckets[b])
+        counts.append(running)
+    if counts[-1] <= 0:
+        return None
+    rank = q * counts[-1]
+    idx = next(i for i, c in enumerate(counts) if c >= rank)
+    if idx == len(bounds) - 1:
+        return bounds[-2]
+    if idx == 0 and bounds[0] <= 0:
+        return bounds[0]
+    start, end, count = 0.0, bounds[idx], counts[idx]
+    if idx > 0:
+        start = bounds[idx - 1]
+        count -= counts[idx - 1]
+        rank -= counts[idx - 1]
+    return start if count == 0 else start + (end - start) * (rank / count)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.floats(min_value=0.0, max_value=1.0),
+    st.dictionaries(
+        st.floats(min_value=-1.0, max_value=100.0) | st.just(INF),
+        st.floats(min_value=0.0, max_value=1e6) | st.sampled_from([0.0, 1.0, 5.0]),
+        max_size=8,
+    ),
+)
+def test_quantile_equals_the_per_bucket_computation(q: float, buckets: dict[float, float]) -> None:
+    assert histogram_quantile(q, buckets) == _quantile_per_bucket(q, buckets)

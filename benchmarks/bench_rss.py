@@ -27,9 +27,15 @@ clock the benchmark advances, so steady state comes in minutes instead of 10:
    plus the newest; 5 s steps would keep 7); the newest entries of every history are
    then the loop's own.
 
-Then: RSS (VmRSS, after gc) by phase (interpreter, imports, controller started + informers
-synced + first tick, histories and planners filled, windows full), RSS after
-``malloc_trim(0)`` (what the allocator holds free), and with ``--trace`` a tracemalloc
+The child runs on the event loop ``llm-autoscaler run`` uses (`commands.run.run_loop`:
+uvloop when installed) and tunes the GC as it does once started (`tune_gc`).
+
+Then: RSS (VmRSS, after gc) by phase (interpreter, imports, controller started, informers
+synced, first tick, histories and planners filled, windows full), RSS after
+``malloc_trim(0)`` (what the allocator holds free), the objects reachable from each part
+of the controller (`components`: sys.getsizeof over gc referents, each object counted for
+the first part that reaches it; the rest of the live objects last), with ``--census``
+live objects by type, and with ``--trace`` (slow: small N only) a tracemalloc
 breakdown by component (a second interpreter per variant, tracing from after the imports;
 each allocation goes to the innermost frame of a file with a known owner, so a parsed
 JSON string the pod record keeps counts for the informer cache, not for ``json``).
@@ -38,7 +44,7 @@ JSON string the pod record keeps counts for the informer cache, not for ``json``
 benchmarks/baseline/ from the commit named in their file names, and kubernetes_asyncio's
 client imported whole before `autoscaler`, which leaves autoscaler/_lazy_kube.py off).
 
-Prints tables; writes benchmarks/results/rss.json.
+Prints tables; writes benchmarks/results/rss.json (one entry per ``--targets``).
 """
 
 from __future__ import annotations
@@ -326,7 +332,6 @@ def apply_variant(variant: str) -> None:
     autoscaler/_lazy_kube.py), and the baseline copies in place of the named modules."""
     if variant != "before":
         return
-    import kubernetes_asyncio.client  # noqa: F401  (first: the lazy client stays off)
 
     for module, path in BEFORE.items():
         spec = importlib.util.spec_from_file_location(module, ROOT / path)
@@ -364,6 +369,105 @@ def _proxy(d: dict[str, Any]) -> Any:
     return MappingProxyType(d)
 
 
+def census(top: int = 40) -> dict[str, list[float]]:
+    """Live objects by type: [MB, count] (every gc-tracked object and the untracked ones
+    they refer to: str, float, int, bytes, array ...); sizes are sys.getsizeof."""
+    seen: set[int] = set()
+    by: dict[str, list[float]] = {}
+
+    def add(o: object) -> None:
+        if id(o) in seen:
+            return
+        seen.add(id(o))
+        row = by.setdefault(type(o).__qualname__, [0.0, 0.0])
+        row[0] += sys.getsizeof(o)
+        row[1] += 1
+
+    for o in gc.get_objects():
+        add(o)
+        for r in gc.get_referents(o):
+            if not gc.is_tracked(r):
+                add(r)
+    rows = sorted(by.items(), key=lambda kv: -kv[1][0])[:top]
+    return {k: [round(v[0] / 2**20, 2), int(v[1])] for k, v in rows}
+
+
+def components(ctl: Any, source: Any) -> dict[str, float]:
+    """MB reachable from each component's roots (sys.getsizeof of every object reached
+    through gc.get_referents, not entering modules, classes or functions), in this order;
+    an object reached from two components counts for the first. The last row is every
+    other live object (gc-tracked, and the untracked ones they refer to)."""
+    import types
+
+    stop = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.CodeType)
+    seen: set[int] = set()
+
+    def walk(roots: list[object], types_of: dict[str, float] | None = None) -> float:
+        total = 0
+        stack = list(roots)
+        seen.add(id(stack))
+        while stack:
+            o = stack.pop()
+            if id(o) in seen or isinstance(o, stop):
+                continue
+            seen.add(id(o))
+            size = sys.getsizeof(o)
+            total += size
+            if types_of is not None:
+                name = type(o).__qualname__
+                types_of[name] = types_of.get(name, 0.0) + size / 2**20
+            stack.extend(gc.get_referents(o))
+        return total / 2**20
+
+    seen.add(id(ctl))
+    seen.add(id(seen))  # the walk's own bookkeeping is not the controller's
+    state, loop, cache = ctl.state, ctl.loop, ctl.cache
+    targets = list(state.targets.values())
+    out: dict[str, float] = {}
+    for name, roots in (
+        ("decision histories (500 per target)", [st.history for st in targets]),
+        ("observation rings (600 per target)", [st.observations for st in targets]),
+        ("scrape windows (8 pods per target)", [source._histories]),
+        ("forecast planners", [loop._planners]),
+        (
+            "informer caches + pod index (pods, workloads, nodes)",
+            [*(i.items for i in cache.informers), cache.index, cache.gpus],
+        ),
+        ("policy store + target specs", [ctl.store, *(st.spec for st in targets)]),
+        (
+            "latest decision + loop state per target",
+            [
+                *(st.last_decision for st in targets),
+                loop._decision_states,
+                loop._next_due,
+                loop._failing,
+                state.targets,
+            ],
+        ),
+        ("/metrics collector", [ctl.metrics]),
+        ("pod scrape connections + buffers", [source._http]),
+        ("kube clients, adapters, recorder", [ctl.cluster, ctl.api, ctl.elector]),
+        ("REST + gRPC servers", [ctl.http, ctl.grpc]),
+    ):
+        out[name] = walk(roots)
+    rest: list[object] = []
+    seen.add(id(rest))
+    for o in gc.get_objects():
+        if id(o) not in seen:
+            rest.append(o)
+    rest_types: dict[str, float] = {}
+    out["everything else live (asyncio, logging, caches, interned strings)"] = walk(
+        rest, rest_types
+    )
+    top = sorted(rest_types.items(), key=lambda kv: -kv[1])[:12]
+    REST_BY_TYPE.clear()
+    REST_BY_TYPE.update({k: round(v, 2) for k, v in top})
+    return out
+
+
+REST_BY_TYPE: dict[str, float] = {}  # the last `components` call's "everything else"
+
+
 def malloc_trim() -> bool:
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -373,13 +477,16 @@ def malloc_trim() -> bool:
     return True
 
 
-async def child(url: str, args: argparse.Namespace, variant: str, trace: bool) -> dict[str, Any]:
-    rss: dict[str, float] = {"interpreter": rss_mb()}
+async def child(
+    url: str, args: argparse.Namespace, variant: str, trace: bool, interpreter: float
+) -> dict[str, Any]:
+    rss: dict[str, float] = {"interpreter": interpreter}
     apply_variant(variant)
     import copyreg
     from types import MappingProxyType
 
     import autoscaler.app
+    from autoscaler.commands.run import tune_gc
     from autoscaler.control.clock import FakeClock
     from autoscaler.control.state import HISTORY_LEN, OBSERVATIONS_LEN
     from autoscaler.kube.config import api_client_for
@@ -424,6 +531,7 @@ async def child(url: str, args: argparse.Namespace, variant: str, trace: bool) -
     t0 = time.monotonic()
     cpu0 = time.process_time()
     await ctl.start()
+    tune_gc()  # as `llm-autoscaler run` does once started
     assert ctl.loop is not None and ctl.cache is not None
     state = ctl.state
     phase_peak: dict[str, float] = {}
@@ -524,6 +632,10 @@ async def child(url: str, args: argparse.Namespace, variant: str, trace: bool) -
     else:
         out["trimmed"] = malloc_trim()
         rss["after_malloc_trim"] = rss_mb()
+        out["components_mb"] = components(ctl, source)  # after: the walk allocates
+        out["everything_else_by_type_mb"] = dict(REST_BY_TYPE)
+        if args.census:
+            out["census"] = census()
     await ctl.stop()
     await api.close()
     return out
@@ -537,8 +649,15 @@ def child_main(argv: Sequence[str]) -> None:
     parser.add_argument("--ticks", type=int, required=True)
     parser.add_argument("--step", type=float, required=True)
     parser.add_argument("--trace", action="store_true")
+    parser.add_argument("--census", action="store_true")
     args = parser.parse_args(argv)
-    result = asyncio.run(child(args.url, args, args.variant, args.trace))
+    interpreter = rss_mb()
+    if args.variant == "before":  # before anything imports autoscaler: no lazy client
+        import kubernetes_asyncio.client  # noqa: F401
+    from autoscaler.commands.run import run_loop
+
+    # the event loop `llm-autoscaler run` uses (uvloop when installed)
+    result = run_loop(child(args.url, args, args.variant, args.trace, interpreter))
     print(json.dumps(result), flush=True)
 
 
@@ -566,6 +685,8 @@ def run_child(url: str, variant: str, args: argparse.Namespace, trace: bool) -> 
     ]
     if trace:
         cmd.append("--trace")
+    if args.census:
+        cmd.append("--census")
     env = dict(os.environ)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -583,6 +704,9 @@ def main() -> None:
     parser.add_argument("--step", type=float, default=2.0)
     parser.add_argument("--variants", nargs="+", default=["now"])
     parser.add_argument("--trace", action="store_true", help="also a tracemalloc run per variant")
+    parser.add_argument(
+        "--census", action="store_true", help="live objects by type at steady state (MB, count)"
+    )
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -626,6 +750,25 @@ def main() -> None:
     for key, label in phases:
         rows.append([label, *(f"{results[n]['rss_mb'].get(key, float('nan')):.1f}" for n in names)])
     print(table(rows))
+    comp_names: list[str] = []
+    for n in names:
+        for c in results[n].get("components_mb", {}):
+            if c not in comp_names:
+                comp_names.append(c)
+    if comp_names:
+        crows: list[list[object]] = [["reachable objects at steady state (MB)", *names]]
+        for c in comp_names:
+            crows.append([c, *(f"{results[n]['components_mb'].get(c, 0.0):.1f}" for n in names)])
+        sums = []
+        for n in names:
+            objects = sum(results[n]["components_mb"].values())
+            rest = results[n]["rss_mb"]["steady"] - results[n]["rss_mb"]["imports"] - objects
+            sums.append(f"{objects:.1f} ({rest:.1f})")
+        crows.append(
+            ["**sum** (in brackets: steady RSS - imports - sum, i.e. free pools, C memory)", *sums]
+        )
+        print()
+        print(table(crows))
     if args.trace:
         comps: list[str] = []
         for n in names:
@@ -650,7 +793,11 @@ def main() -> None:
             f"\n{n}: counts {json.dumps(results[n]['counts'])}; heavy modules imported: "
             f"{results[n]['heavy_modules'] or 'none'}"
         )
-    doc = {"benchmark": "rss", "command": command, "results": results}
+    # one entry per fleet size, merged with the sizes already there
+    doc = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    runs = doc.get("runs", {}) if doc.get("benchmark") == "rss" else {}
+    runs[str(args.targets)] = {"command": command, "trace": args.trace, "results": results}
+    doc = {"benchmark": "rss", "runs": dict(sorted(runs.items(), key=lambda kv: int(kv[0])))}
     RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"\nwrote {RESULTS.relative_to(ROOT)}")
 

@@ -3,7 +3,8 @@
 A target keeps its last `HISTORY_LEN` decisions and `OBSERVATIONS_LEN` observations. Kept
 as objects, one observation is a dict of signals plus a forecast (~1-2 KB) and one
 decision ~400 bytes plus ~40 planner numbers (~4 KB). Here both are column-wise in
-preallocated arrays (8 bytes per number, NaN for absent; replica counts 4 bytes) and an
+preallocated arrays (4 bytes per number while float32 holds every value of its column
+exactly, else 8; NaN for absent; replica counts 1 byte until one needs more) and an
 object is rebuilt when one is read:
 
 - `ObservationRing`: the signals, forecast and capacity numbers by name;

@@ -27,7 +27,7 @@ class TargetStatus:
     spec: TargetSpec
     version: str = ""
     last_decision: Decision | None = None
-    # Compact (see `control.history`): ~8 bytes per observed number, planner numbers only
+    # Compact (see `control.history`): 4-8 bytes per observed number, planner numbers only
     # on the newest decision and on change points.
     history: DecisionHistory = field(default_factory=lambda: DecisionHistory(HISTORY_LEN))
     observations: ObservationRing = field(default_factory=lambda: ObservationRing(OBSERVATIONS_LEN))

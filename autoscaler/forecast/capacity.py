@@ -12,11 +12,18 @@ request's own prefill: a single 8k-token prompt on an idle replica can take most
 SLO, and more replicas would not make it faster. So a tick whose latency is near or over
 the SLO counts only when the queue signal (``waiting``) shows queued requests; without
 that reading (missing, never zero) the tick counts as before.
+
+Memory (issue 16): each book is an ``array('d')`` of up to ``window`` samples, kept
+twice (in arrival order and sorted): 8 bytes per sample per copy, where a tuple of
+Python floats and its sorted list took ~40. A state transition copies the books it
+changes (a memcpy) and never mutates a buffer an older state holds, so earlier states
+stay valid (they may be kept and compared).
 """
 
 from __future__ import annotations
 
 import math
+from array import array
 from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,8 +58,10 @@ class CapacityEstimator:
     near_slo_fraction: float = 0.5  # ... or ticks whose latency is close to the SLO
     queue_signal: str = "waiting"
     min_queue: float = 1.0  # queued requests (all pods) for latency to count as load
-    sustained: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
-    violating: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    # Per signal, the last ``window`` per-replica samples in arrival order (any float
+    # sequence when built by hand; ``array('d')`` once observed).
+    sustained: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    violating: Mapping[str, Sequence[float]] = field(default_factory=dict)
     last_t: float | None = None
     # Derived, never compared: the books sorted (kept incrementally by `observe`, so a
     # quantile is two reads instead of a sort) and `capacities()` once computed.
@@ -112,9 +121,9 @@ class CapacityEstimator:
                 continue  # slow without a queue: the requests' own size, not the load
             book, ordered = (sustained, sorted_s) if ok else (violating, sorted_v)
             old = book.get(name, ())
-            new = (*old, per_replica)[-self.window :]
+            new, gone = _appended(old, per_replica, self.window)
             book[name] = new
-            ordered[name] = _sorted_after(ordered.get(name), old, new, per_replica)
+            ordered[name] = _sorted_after(ordered.get(name), old, gone, per_replica)
         return evolve(
             self,
             sustained=sustained,
@@ -168,13 +177,33 @@ def _ordered(
     return kept if kept is not None and len(kept) == len(book) else sorted(book)
 
 
+def _appended(
+    old: Sequence[float], added: float, window: int
+) -> tuple[array[float], Sequence[float]]:
+    """A new book: ``old`` + ``added``, its oldest samples dropped to hold ``window``;
+    and the dropped samples. ``old`` is left alone (an older state holds it)."""
+    new = old.__copy__() if isinstance(old, array) else array("d", old)  # exact size
+    excess = len(new) + 1 - window
+    gone: Sequence[float] = ()
+    if excess > 0:
+        gone = new[:excess]
+        del new[:excess]  # shrinks in place: the append below needs no reallocation
+    new.append(added)
+    return new, gone
+
+
 def _sorted_after(
-    kept: Sequence[float] | None, old: Sequence[float], new: Sequence[float], added: float
-) -> list[float]:
-    """The ascending copy of ``new`` = ``old`` + ``added`` minus what fell out of the
-    window: one insertion and one deletion, not a sort (``kept`` is ``old`` sorted)."""
-    ordered = list(kept) if kept is not None and len(kept) == len(old) else sorted(old)
+    kept: Sequence[float] | None, old: Sequence[float], gone: Sequence[float], added: float
+) -> array[float]:
+    """The ascending copy of ``old`` + ``added`` minus ``gone`` (what fell out of the
+    window): deletions and one insertion, not a sort (``kept`` is ``old`` sorted).
+    Deleting the leftmost equal sample and inserting right of the equal ones commute,
+    so the result is the one the sorted list gave, bit for bit."""
+    if kept is not None and len(kept) == len(old):
+        ordered = kept.__copy__() if isinstance(kept, array) else array("d", kept)
+    else:
+        ordered = array("d", sorted(old))
+    for value in gone:
+        del ordered[bisect_left(ordered, value)]
     insort(ordered, added)
-    for gone in old[: len(old) + 1 - len(new)]:
-        del ordered[bisect_left(ordered, gone)]
     return ordered

@@ -5,15 +5,16 @@ A replica ordered now serves only after its cold start, so demand must be foreca
 node), so the estimate is a high quantile (default p90) of the most recent samples, not
 the mean: planning for the typical start would miss every slow one. Until
 ``min_pods_to_learn`` starts were seen, the configured prior is used.
+
+The quantile is numpy's linear one, computed by `quantile_sorted` (bit for bit), so the
+controller does not import numpy (~13 MB of RSS) for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
-from autoscaler.forecast.robust import check_finite, check_positive
+from autoscaler.forecast.robust import check_finite, check_positive, quantile_sorted
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,7 @@ class ColdStartEstimator:
             samples_s=samples,
             seen=self.seen + 1,
             last_t=t,
-            quantile_s=float(np.quantile(np.asarray(samples), self.quantile)),
+            quantile_s=quantile_sorted(sorted(samples), self.quantile),
         )
 
     @property
@@ -65,7 +66,7 @@ class ColdStartEstimator:
             return self.prior_s
         if self.quantile_s is not None:
             return self.quantile_s
-        return float(np.quantile(np.asarray(self.samples_s), self.quantile))
+        return quantile_sorted(sorted(self.samples_s), self.quantile)
 
     def horizon_s(self, policy_horizon_s: float | None = None) -> float:
         """Forecast horizon: the policy's fixed ``horizonSeconds`` when set, else learned."""

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from autoscaler.forecast.capacity import CapacityEstimator
+from autoscaler.forecast.coldstart import ColdStartEstimator
 from autoscaler.forecast.models import Holt
 from autoscaler.forecast.robust import evolve, quantile_sorted
 
@@ -93,3 +96,36 @@ def test_evolve_equals_dataclasses_replace_and_leaves_the_original_alone() -> No
     assert type(fast) is Holt
     with pytest.raises(TypeError):
         evolve(model, no_such_field=1.0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cold_start_quantile_equals_numpy_bit_for_bit(seed: int) -> None:
+    rng = random.Random(seed)
+    est = ColdStartEstimator(window=20, min_pods_to_learn=1, quantile=rng.random())
+    for i in range(200):
+        est = est.observe(float(i), round(rng.uniform(20.0, 400.0), rng.choice((0, 1, 6))))
+        expected = float(np.quantile(np.asarray(est.samples_s), est.quantile))
+        assert est.estimate_s == expected
+        hand_built = ColdStartEstimator(
+            samples_s=est.samples_s, seen=est.seen, quantile=est.quantile, min_pods_to_learn=1
+        )
+        assert hand_built.estimate_s == expected
+
+
+def test_older_capacity_states_keep_their_books_when_newer_ones_observe() -> None:
+    est = CapacityEstimator(window=4, min_samples=1)
+    states = []
+    for i in range(12):  # near the SLO without a queue reading: sustained evidence
+        est = est.observe(float(i), 1, {"running": 30.0 + i, "ttft_p95_s": 0.3})
+        states.append(est)
+    for i, state in enumerate(states):
+        kept = [30.0 + k for k in range(max(0, i - 3), i + 1)]
+        assert list(state.sustained["running"]) == kept
+        assert list(state.sorted_sustained["running"]) == kept
+        assert state.capacity("running") == float(np.quantile(kept, 0.9))
+
+
+def test_the_controller_imports_without_numpy() -> None:
+    code = "import sys, autoscaler.app; print('numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -77,42 +77,44 @@ def peaky_day(
     )
 
 
-def scenarios(quick: bool) -> list[tuple[str, Trace, str]]:
+def scenarios(quick: bool, seed: int = SEED) -> list[tuple[str, Trace, str]]:
+    """(label, trace, description); ``seed`` seeds the rate scaling, the day envelopes and
+    the synthesized long-context hour (another seed: a held-out variant of each)."""
     conv = load_trace(TRACES / "AzureLLMInferenceTrace_conv.csv.gz")
     code = load_trace(TRACES / "AzureLLMInferenceTrace_code.csv.gz")
     light_s = 6 * 3600.0 if quick else 86_400.0
     day_s = 3 * 3600.0 if quick else 6 * 3600.0
     out = [
-        ("conv x4", scale_rate(conv, 4.0, seed=SEED), "conv trace, rate x4 (seeded duplication)"),
+        ("conv x4", scale_rate(conv, 4.0, seed=seed), "conv trace, rate x4 (seeded duplication)"),
         ("code", code, "code trace as recorded"),
         (
             "diurnal day (light)",
-            diurnal_day(conv, day_s=light_s, trough=0.1, peak_scale=2.0, seed=SEED),
+            diurnal_day(conv, day_s=light_s, trough=0.1, peak_scale=2.0, seed=seed),
             f"conv tiled over {light_s / 3600:g} h, cosine day/night, peak x2, trough 0.1",
         ),
         (
             "diurnal day x8",
-            diurnal_day(conv, day_s=day_s, trough=0.1, peak_scale=8.0, seed=SEED),
+            diurnal_day(conv, day_s=day_s, trough=0.1, peak_scale=8.0, seed=seed),
             f"conv tiled over a {day_s / 3600:g} h day, cosine day/night, peak x8, trough 0.1 "
             "(envelope mean 0.55 of peak)",
         ),
         (
             "business day x8",
-            peaky_day(conv, day_s=day_s, trough=0.05, power=4.0, peak_scale=8.0, seed=SEED),
+            peaky_day(conv, day_s=day_s, trough=0.05, power=4.0, peak_scale=8.0, seed=seed),
             f"conv tiled over a {day_s / 3600:g} h day, envelope "
             "0.05 + 0.95 cos^8(pi (t - day/2) / day) peaking at midday, peak x8 "
             "(envelope mean 0.31 of peak)",
         ),
         (
             "long-context chat",
-            long_context_chat(seed=SEED),
+            long_context_chat(seed=seed),
             "synthesized long-context chat hour (prompts median 7k, mean 12k, p99 80k, max "
             "126k tokens; outputs mean 340; 145-250 requests/min drifting), 8b-h100-128k, "
             "TTFT SLO 2 s",
         ),
         (
             "long-context chat x4",
-            scale_rate(long_context_chat(seed=SEED), 4.0, seed=SEED),
+            scale_rate(long_context_chat(seed=seed), 4.0, seed=seed),
             "the long-context chat hour at rate x4 (seeded duplication), 8b-h100-128k, "
             "TTFT SLO 2 s",
         ),
@@ -244,17 +246,26 @@ def main() -> int:
         help="comma-separated scenario labels to run (merged into an existing --out file)",
     )
     ap.add_argument("--timing", action="store_true", help="also time the conv run with --only")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=SEED,
+        help="seed of the traces' scaling/synthesis and of the simulator (a held-out check: "
+        "write it to another --out)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "policies.json")
     args = ap.parse_args()
     cluster = ClusterConfig(profile=get_profile(PROFILE))
     cfg = scenario_config("conv x4")
     doc: dict[str, Any] = {
-        "command": "python benchmarks/bench_policies.py" + (" --quick" if args.quick else ""),
+        "command": "python benchmarks/bench_policies.py"
+        + (" --quick" if args.quick else "")
+        + ("" if args.seed == SEED else f" --seed {args.seed}"),
         "machine": f"{platform.machine()} {platform.python_implementation()} "
         f"{platform.python_version()}, {args.jobs} worker processes",
         "profile": PROFILE,
         "slo_ttft_s": SLO_TTFT_S,
-        "seed": SEED,
+        "seed": args.seed,
         "price_per_gpu_hour": cluster.price_per_gpu_hour,
         "cold_start": "default (warm node ~57 s median; new node adds provisioning + pull)",
         "scenarios": {},
@@ -270,11 +281,11 @@ def main() -> int:
         print(f"timing: {doc['timing']}", file=sys.stderr)
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for label, trace, description in scenarios(args.quick):
+        for label, trace, description in scenarios(args.quick, args.seed):
             if only and label not in only:
                 continue
             t0 = time.perf_counter()
-            scfg = scenario_config(label)
+            scfg = scenario_config(label, args.seed)
             sizing = static_sizing(trace, scfg)
             summaries, static_n = run_scenario(
                 trace, POLICY_NAMES, replace(scfg, static_replicas=sizing.replicas), pool

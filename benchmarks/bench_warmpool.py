@@ -1,12 +1,15 @@
 """Warm pool: what pause pods sized from the forecast buy when scale-ups need new nodes.
 
 ``ours`` with and without ``warmPool`` (min 0, max 4, lead time 300 s: about the p50-p90
-node provisioning of the default cold-start model), on the two x8 days of
-``bench_policies.py``, on nodes of 2 GPUs so that growing the fleet keeps asking for new
-nodes (provisioning 120/300 s plus an uncached image pull 120/360 s, median/p90). Pause
-pods are billed like inference pods: a reserved GPU costs the same. Same trace, seed and
-SLO for both, over three cluster seeds (the cold-start draws differ by seed, and a
-handful of scale-ups per day makes one seed luck); prints a table and writes
+node provisioning of the default cold-start model), on the code hour (bursts shorter than
+a cold start) and the two x8 days of ``bench_policies.py`` (``--labels``), on nodes of 2
+GPUs (``--gpus-per-node``) so that growing the fleet keeps asking for new nodes
+(provisioning 120/300 s plus an uncached image pull 120/360 s, median/p90). A warm pool
+skips node provisioning and the image pull, not the container start (engine init,
+weights, compile, CUDA graphs, readiness: ~57 s median). Pause pods are billed like
+inference pods: a reserved GPU costs the same. Same trace, seed and SLO for both, over
+three cluster seeds (the cold-start draws differ by seed, and a handful of scale-ups per
+day makes one seed luck); prints a table and writes
 ``benchmarks/results/warmpool.json``.
 
     .venv/bin/python benchmarks/bench_warmpool.py [--quick] [--jobs N]
@@ -39,7 +42,7 @@ from autoscaler.sim.traces import Trace
 ROOT = Path(__file__).resolve().parents[1]
 GPUS_PER_NODE = 2
 POOL = WarmPool(enabled=True, min_replicas=0, max_replicas=4, lead_time_seconds=300)
-LABELS = ("diurnal day x8", "business day x8")
+LABELS = ("code", "diurnal day x8", "business day x8")
 
 
 def _run(args: tuple[Trace, ClusterConfig, int, bool, int]) -> dict[str, Any]:
@@ -71,13 +74,19 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="the --quick days of bench_policies")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     ap.add_argument("--seeds", default="0,1,2", help="cluster seeds (cold-start draws)")
+    ap.add_argument("--labels", default=",".join(LABELS), help="comma-separated scenarios")
+    ap.add_argument("--gpus-per-node", type=int, default=GPUS_PER_NODE, help="GPUs per node")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "warmpool.json")
     args = ap.parse_args()
-    cluster = ClusterConfig(profile=get_profile(PROFILE), gpus_per_node=GPUS_PER_NODE)
+    cluster = ClusterConfig(profile=get_profile(PROFILE), gpus_per_node=args.gpus_per_node)
+    labels = [x.strip() for x in args.labels.split(",") if x.strip()]
     doc: dict[str, Any] = {
-        "command": "python benchmarks/bench_warmpool.py" + (" --quick" if args.quick else ""),
+        "command": "python benchmarks/bench_warmpool.py"
+        + (" --quick" if args.quick else "")
+        + ("" if args.labels == ",".join(LABELS) else f' --labels "{args.labels}"')
+        + ("" if args.gpus_per_node == GPUS_PER_NODE else f" --gpus-per-node {args.gpus_per_node}"),
         "profile": PROFILE,
-        "gpus_per_node": GPUS_PER_NODE,
+        "gpus_per_node": args.gpus_per_node,
         "warm_pool": POOL.dump(),
         "slo_ttft_s": SLO_TTFT_S,
         "seeds": args.seeds,
@@ -90,7 +99,7 @@ def main() -> int:
     ]
     jobs = []
     for label, trace, _ in scenarios(args.quick):
-        if label not in LABELS:
+        if label not in labels:
             continue
         static_n = size_static(trace, CompareConfig(cluster=cluster, slo_ttft_s=SLO_TTFT_S))
         initial = initial_replicas(trace, static_n)

@@ -49,12 +49,27 @@ def main() -> int:
         static = sc["policies"]["static-peak"]["gpu_hours"]
         if label in oracle:
             n_req = oracle[label]["requests"]  # admitted requests (rejected are not misses)
-            pts = [
-                (g, 1 - m / n_req) for g, m in oracle[label]["frontier"] if 1 - m / n_req > floor
-            ]
-            if pts:
-                xs, ys = zip(*pts, strict=True)
-                ax.plot(xs, ys, color="#bbbbbb", lw=2, label="oracle (bound)")
+            for key, style, name in (
+                ("frontier", {"color": "#bbbbbb", "lw": 2}, "oracle, no cold start (bound)"),
+                (
+                    "cold_start_frontier",
+                    {"color": "#bbbbbb", "lw": 1.2, "ls": "--"},
+                    "oracle paying cold starts (bound)",
+                ),
+                (
+                    "reactive_frontier",
+                    {"color": "#888888", "lw": 1.2, "ls": ":"},
+                    "reactive, one cold start late (causal reference)",
+                ),
+            ):
+                pts = [
+                    (g, 1 - m / n_req)
+                    for g, m in oracle[label].get(key, [])
+                    if 1 - m / n_req > floor
+                ]
+                if pts:
+                    xs, ys = zip(*pts, strict=True)
+                    ax.plot(xs, ys, label=name, **style)  # type: ignore[arg-type]
         for fleet in sc.get("fixed_fleets", {}).values():
             ax.scatter(
                 fleet["gpu_hours"],

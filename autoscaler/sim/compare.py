@@ -23,7 +23,14 @@ import numpy as np
 
 from autoscaler.errors import ConfigError
 from autoscaler.sim.cluster import ClusterConfig
-from autoscaler.sim.oracle import frontier, min_gpu_hours, min_misses, window_misses
+from autoscaler.sim.oracle import (
+    cold_start_frontier,
+    frontier,
+    min_gpu_hours,
+    min_misses,
+    reactive_frontier,
+    window_misses,
+)
 from autoscaler.sim.policies import (
     POLICY_NAMES,
     AibrixApa,
@@ -268,6 +275,9 @@ def oracle_report(
         trace, cfg.cluster, max_replicas=max_n, slo_ttft_s=cfg.slo_ttft_s, seed=cfg.seed
     )
     points = frontier(table)
+    cold_s = float(cfg.cluster.cold_start.warm_median_s)
+    cold_points = cold_start_frontier(table, cold_s)
+    reactive_points = reactive_frontier(table, cold_s)
     admitted = table.total_requests
     target_misses = admitted * (1.0 - sizing.target)
     gpu_h = min_gpu_hours(points, target_misses)
@@ -289,16 +299,25 @@ def oracle_report(
             continue
         at_misses = min_gpu_hours(points, float(m))
         at_gpu = min_misses(points, float(g))
-        per_policy[str(s["policy"])] = {
+        row_p: dict[str, float | None] = {
             "oracle_gpu_hours_at_same_misses": None if at_misses is None else round(at_misses, 4),
             "oracle_misses_at_same_gpu_hours": None if at_gpu is None else round(at_gpu, 1),
         }
+        for key, pts in (("cold_start_oracle", cold_points), ("reactive", reactive_points)):
+            gh = min_gpu_hours(pts, float(m))
+            mm = min_misses(pts, float(g))
+            row_p[f"{key}_gpu_hours_at_same_misses"] = None if gh is None else round(gh, 4)
+            row_p[f"{key}_misses_at_same_gpu_hours"] = None if mm is None else round(mm, 1)
+        per_policy[str(s["policy"])] = row_p
     detail = {
         "window_s": table.window_s,
         "max_replicas": max_n,
         "target_attainment": round(sizing.target, 5),
         "gpu_hours_at_target": row["gpu_hours"],
         "frontier": [[round(p.gpu_hours, 4), round(p.misses, 1)] for p in points],
+        "cold_start_s": cold_s,
+        "cold_start_frontier": [[round(p.gpu_hours, 4), round(p.misses, 1)] for p in cold_points],
+        "reactive_frontier": [[round(p.gpu_hours, 4), round(p.misses, 1)] for p in reactive_points],
         "per_policy": per_policy,
     }
     return {"row": row, "detail": detail}

@@ -66,14 +66,14 @@ class WindowTable:
     def total_requests(self) -> int:
         return int(self.requests.sum())
 
-    def options(self, w: int) -> list[tuple[float, int]]:
+    def options(self, w: int) -> list[tuple[float, float]]:
         """(GPU-hours, misses) for each replica count simulated in window ``w``."""
         g = self.window_s / 3600.0 * self.gpus_per_replica
-        out: list[tuple[float, int]] = []
+        out: list[tuple[float, float]] = []
         for j, m in enumerate(self.misses[w]):
             if m < 0:
                 break
-            out.append(((j + 1) * g, int(m)))
+            out.append(((j + 1) * g, float(int(m))))
         return out
 
 
@@ -83,7 +83,7 @@ class FrontierPoint:
     misses: float
 
 
-def _window_hull(points: list[tuple[float, int]]) -> list[tuple[float, float]]:
+def _window_hull(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     """Lower convex hull of one window's (GPU-h, misses), from the cheapest option, keeping
     only options that save misses (a costlier option with no fewer misses is useless)."""
     pts: list[tuple[float, float]] = []
@@ -209,3 +209,146 @@ def _one_window(job: _Job) -> _Row:
         if miss <= floor:
             break
     return int(np.count_nonzero(counted)), row
+
+
+# -- Bounds that keep the cold start -------------------------------------------------------
+#
+# The frontier above lets the oracle add a replica for one window and drop it the next at
+# no cost. A real replica is billed from creation and serves only after its cold start, so
+# two tighter references are computed from the same `WindowTable`:
+#
+# * `cold_start_frontier`: still clairvoyant (it starts each pod one cold start before the
+#   window that needs it), but every replica added pays ``cold_start_s`` of GPU time
+#   before it serves. A bound for every policy, causal or not, under real cold starts.
+# * `reactive_frontier`: causal, with perfect hindsight. Each window runs the count that
+#   would have been ideal for the windows already seen (held over ``hold`` windows, never
+#   below a fixed ``floor``), one window late: what a policy that measures the load
+#   perfectly and reacts at once reaches when capacity arrives one cold start after the
+#   load is seen. A reference for causal policies (optimistic: it knows the previous
+#   window's ideal count exactly and its pods serve from the next window's first second),
+#   not a bound (a causal policy may exploit structure this rule ignores).
+
+
+def dense_misses(table: WindowTable) -> np.ndarray:
+    """Misses per (window, replicas - 1) with every count filled in: a count above the
+    last one simulated has that one's misses (the first count with no avoidable miss)."""
+    out = table.misses.astype(np.float64).copy()
+    for w in range(out.shape[0]):
+        row = out[w]
+        valid = row >= 0
+        last = int(np.flatnonzero(valid)[-1]) if valid.any() else -1
+        if last < 0:
+            raise ConfigError(f"window {w}: no replica count was simulated")
+        row[last + 1 :] = row[last]
+    return out
+
+
+def _lagrangian_grid(table: WindowTable, points: int = 400) -> np.ndarray:
+    """Prices (GPU-hours per miss) spanning every trade-off of the table."""
+    g = table.window_s / 3600.0 * table.gpus_per_replica
+    total = max(1.0, float(table.total_requests))
+    return np.geomspace(g / total / 10.0, g * 10.0, points)
+
+
+def _hull_points(pairs: Iterable[tuple[float, float]]) -> list[FrontierPoint]:
+    """Lower convex hull (cheapest first) of (GPU-hours, misses) points, keeping only
+    points that save misses."""
+    hull = _window_hull(list(pairs))
+    return [FrontierPoint(g, m) for g, m in hull]
+
+
+def cold_start_frontier(
+    table: WindowTable, cold_start_s: float, prices: Sequence[float] | None = None
+) -> list[FrontierPoint]:
+    """The clairvoyant frontier when each replica added pays ``cold_start_s`` of GPU time
+    (a dynamic programme over windows and replica counts per price on misses; the hull of
+    its solutions, so fractional between them, as `frontier`)."""
+    if not cold_start_s >= 0:
+        raise ConfigError(f"cold_start_s: value {cold_start_s} must be >= 0")
+    m = dense_misses(table)
+    n_w, n_max = m.shape
+    g = table.window_s / 3600.0 * table.gpus_per_replica
+    c = cold_start_s / 3600.0 * table.gpus_per_replica
+    counts = np.arange(1, n_max + 1, dtype=np.float64)
+    pairs: list[tuple[float, float]] = []
+    for mu in prices if prices is not None else _lagrangian_grid(table):
+        cost = g * counts[None, :] / mu + m  # objective in misses: GPU-h / mu + misses
+        step = c / mu
+        value = cost[0].copy()
+        back = np.zeros((n_w, n_max), dtype=np.int64)
+        for w in range(1, n_w):
+            # from n' >= n: free (scale down); from n' < n: pay step * (n - n')
+            suffix = np.minimum.accumulate(value[::-1])[::-1]
+            suffix_arg = _suffix_argmin(value)
+            shifted = value - step * counts
+            prefix = np.minimum.accumulate(shifted)
+            prefix_arg = _prefix_argmin(shifted)
+            up = np.full(n_max, np.inf)
+            up_arg = np.zeros(n_max, dtype=np.int64)
+            up[1:] = prefix[:-1] + step * counts[1:]
+            up_arg[1:] = prefix_arg[:-1]
+            take_up = up < suffix
+            back[w] = np.where(take_up, up_arg, suffix_arg)
+            value = cost[w] + np.where(take_up, up, suffix)
+        path = np.zeros(n_w, dtype=np.int64)
+        path[-1] = int(np.argmin(value))
+        for w in range(n_w - 1, 0, -1):
+            path[w - 1] = back[w, path[w]]
+        pairs.append(_evaluate(m, path + 1, g, c))
+    return _hull_points(pairs)
+
+
+def reactive_frontier(
+    table: WindowTable,
+    cold_start_s: float,
+    holds: Sequence[int] = (1, 2, 3, 5, 8, 12),
+    prices: Sequence[float] | None = None,
+) -> list[FrontierPoint]:
+    """The causal reference (module comment above): per price on misses, each window's
+    ideal count alone; window ``w`` runs ``max(floor, max(ideal[w-hold .. w-1]))``; every
+    replica added pays ``cold_start_s``. The hull over prices, holds and floors."""
+    m = dense_misses(table)
+    n_w, n_max = m.shape
+    g = table.window_s / 3600.0 * table.gpus_per_replica
+    c = cold_start_s / 3600.0 * table.gpus_per_replica
+    counts = np.arange(1, n_max + 1, dtype=np.float64)
+    pairs: list[tuple[float, float]] = []
+    for floor in range(1, n_max + 1):
+        pairs.append(_evaluate(m, np.full(n_w, floor), g, c))  # the fixed fleets
+    for mu in prices if prices is not None else _lagrangian_grid(table, 120):
+        ideal = np.argmin(g * counts[None, :] / mu + m, axis=1) + 1
+        for hold in holds:
+            seen = np.empty(n_w, dtype=np.int64)
+            for w in range(n_w):
+                past = ideal[max(0, w - hold) : w]
+                seen[w] = int(past.max()) if len(past) else int(ideal[0])
+            for floor in range(1, int(seen.max()) + 1):
+                pairs.append(_evaluate(m, np.maximum(seen, floor), g, c))
+    return _hull_points(pairs)
+
+
+def _evaluate(m: np.ndarray, alloc: np.ndarray, g: float, c: float) -> tuple[float, float]:
+    """(GPU-hours, misses) of a per-window replica allocation (counts from 1)."""
+    rows = np.arange(len(alloc))
+    added = np.maximum(0, np.diff(alloc)).sum()
+    return float(g * alloc.sum() + c * added), float(m[rows, alloc - 1].sum())
+
+
+def _suffix_argmin(v: np.ndarray) -> np.ndarray:
+    out = np.empty(len(v), dtype=np.int64)
+    best = len(v) - 1
+    for i in range(len(v) - 1, -1, -1):
+        if v[i] <= v[best]:
+            best = i
+        out[i] = best
+    return out
+
+
+def _prefix_argmin(v: np.ndarray) -> np.ndarray:
+    out = np.empty(len(v), dtype=np.int64)
+    best = 0
+    for i in range(len(v)):
+        if v[i] < v[best]:
+            best = i
+        out[i] = best
+    return out

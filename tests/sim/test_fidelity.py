@@ -146,6 +146,12 @@ def test_cli_oracle_row_and_static_sweep_with_the_sizing_in_json(tmp_path: Path)
     oracle = doc["policies"]["oracle"]
     assert oracle["gpu_hours"] is not None and oracle["slo_attainment"] >= 0.99
     assert set(doc["oracle"]["per_policy"]) == {"keda-seed", "static-1", "static-2"}
+    # the bounds that keep the cold start, per policy: never below the free oracle's need
+    keda = doc["oracle"]["per_policy"]["keda-seed"]
+    for key in ("cold_start_oracle", "reactive"):
+        assert doc["oracle"][key.removesuffix("_oracle") + "_frontier"]
+        at = keda[f"{key}_gpu_hours_at_same_misses"]
+        assert at is None or at >= keda["oracle_gpu_hours_at_same_misses"] - 1e-9
     assert doc["static_sizing"]["reached"] is True and doc["static_sizing"]["note"] == ""
 
 

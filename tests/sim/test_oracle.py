@@ -12,9 +12,11 @@ from autoscaler.sim.cluster import ClusterConfig
 from autoscaler.sim.oracle import (
     FrontierPoint,
     WindowTable,
+    cold_start_frontier,
     frontier,
     min_gpu_hours,
     min_misses,
+    reactive_frontier,
     window_misses,
 )
 from autoscaler.sim.replica import PROFILES
@@ -125,3 +127,54 @@ def test_window_misses_needs_more_replicas_only_where_the_load_is() -> None:
     assert pts[0].misses == quiet[0] + busy[0] + after[0]
     replicas = sum(int(np.count_nonzero(row >= 0)) for row in tab.misses)
     assert pts[-1] == FrontierPoint(pytest.approx(replicas * 60 / 3600), 0.0)
+
+
+def brute_force_with_cold_start(rows: list[list[int]], budget: float, cold_h: float) -> int:
+    """Fewest misses within ``budget`` replica-hours when each replica added pays
+    ``cold_h`` hours (1-hour windows, counts from 1; the start is free), exhaustively."""
+    best = None
+    for choice in itertools.product(*[range(len(r)) for r in rows]):
+        added = sum(max(0, b - a) for a, b in itertools.pairwise(choice))
+        cost = sum(j + 1 for j in choice) + cold_h * added
+        if cost <= budget + 1e-9:
+            m = sum(r[j] for r, j in zip(rows, choice, strict=True))
+            best = m if best is None else min(best, m)
+    assert best is not None
+    return best
+
+
+def test_cold_start_frontier_without_cold_start_is_the_free_frontier() -> None:
+    rows = [[100, 10, 0], [20, 10, 5], [50, 0], [30, 20, 10, 0]]
+    free = frontier(table(rows))
+    dp = cold_start_frontier(table(rows), 0.0)
+    for budget in (4.0, 5.0, 6.5, 8.0, 10.0):
+        assert min_misses(dp, budget) == pytest.approx(min_misses(free, budget), abs=1e-6)
+
+
+def test_cold_start_frontier_is_a_lower_bound_that_charges_every_scale_up() -> None:
+    # the need alternates: a free oracle follows it, one paying a cold start holds
+    rows = [[100, 0], [0], [100, 0], [0], [100, 0], [0]]
+    cold_h = 0.8  # hours of GPU per replica added (1-hour windows)
+    free = frontier(table(rows))
+    paid = cold_start_frontier(table(rows), cold_h * 3600.0)
+    for budget in (7.0, 8.0, 8.5, 9.0):
+        bound = min_misses(paid, budget)
+        assert bound is not None
+        assert bound <= brute_force_with_cold_start(rows, budget, cold_h) + 1e-9
+        assert bound >= (min_misses(free, budget) or 0.0) - 1e-9
+    # zero misses: 6 windows on 1 replica plus a 2nd for each burst (the first one starts
+    # with the trace, free; the other two pay 0.8 each): 6 + 3 + 1.6, against 6 + 3 free
+    assert min_gpu_hours(paid, 0.0) == pytest.approx(10.6)
+    assert min_gpu_hours(free, 0.0) == pytest.approx(9.0)
+
+
+def test_reactive_reference_cannot_catch_bursts_shorter_than_a_window() -> None:
+    # bursts in windows 1, 4, 7: reacting one window late always lands between them
+    rows = [[0], [100, 0], [0], [0], [100, 0], [0], [0], [100, 0], [0]]
+    clairvoyant = cold_start_frontier(table(rows), 0.0)
+    reactive = reactive_frontier(table(rows), 0.0)
+    assert min_misses(clairvoyant, 12.0) == pytest.approx(0.0)
+    # reacting one window late misses every burst: no better than the fixed fleets
+    # (1 replica: 9 replica-hours, 300 misses; 2: 18, 0; the hull between them)
+    assert min_misses(reactive, 12.0) == pytest.approx(200.0)
+    assert min_gpu_hours(reactive, 0.0) == pytest.approx(18.0)  # a fixed fleet of 2

@@ -228,7 +228,7 @@ def main() -> int:
                 ratio = entry["keda_seed"]["oracle_ratio"]
                 cells[4] = f"{best:.0f} ({ratio}x)" if best is not None else "-"
             checks: list[str] = []
-            for mine in ("ours", "ours-capacity", "ours-lean"):
+            for mine in ("ours", "ours-capacity", "ours-lean", "ours-cost"):
                 ours = pol.get(mine)
                 if not ours:
                     continue

@@ -23,10 +23,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_policies import SEED, scenarios, setup
 
-from autoscaler.policy.schema import Behavior, MetricSpec, Policy, Prediction, ScalingRules
+from autoscaler.policy.schema import (
+    Behavior,
+    MetricSpec,
+    Policy,
+    Prediction,
+    ScalingPolicy,
+    ScalingRules,
+)
 from autoscaler.sim.cluster import ClusterConfig
-from autoscaler.sim.compare import initial_replicas
-from autoscaler.sim.policies import ours, ours_policy
+from autoscaler.sim.compare import initial_replicas, parse_static_sweep
+from autoscaler.sim.policies import SCALE_DOWN_WINDOW_S, StaticPeak, ours, ours_policy
 from autoscaler.sim.replica import get_profile
 from autoscaler.sim.report import publish
 from autoscaler.sim.simulator import simulate
@@ -35,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # bench_policies' static-peak sizes (initial replicas follow from them)
 STATIC = {"conv x4": 4, "code": 6, "long-context chat": 13, "long-context chat x4": 50}
 DEFAULT_SCENARIOS = ("conv x4", "code", "long-context chat")
+FLEET = "fixed fleet "
 
 
 def _running(policy: Policy, target: float) -> Policy:
@@ -77,6 +85,15 @@ def _prompt_tokens(policy: Policy, target: float) -> Policy:
     return policy.model_copy(update={"metrics": metrics})
 
 
+def _scale_down_rules(policy: Policy, **update: Any) -> Policy:
+    rules = ScalingRules(stabilization_window_seconds=SCALE_DOWN_WINDOW_S).model_copy(update=update)
+    return policy.model_copy(update={"behavior": Behavior(scale_down=rules)})
+
+
+def _floor(policy: Policy, replicas: int) -> Policy:
+    return policy.model_copy(update={"min_replica_count": replicas})
+
+
 VARIANTS: dict[str, Callable[[], Policy]] = {
     "ours (prompt tokens 8000, window 450 s)": ours_policy,
     "queue targets only (before issue 18)": lambda: _without_prompt_tokens(ours_policy()),
@@ -84,6 +101,12 @@ VARIANTS: dict[str, Callable[[], Policy]] = {
     "prompt tokens 10000": lambda: _prompt_tokens(ours_policy(), 10_000.0),
     "scale-down window 300 s": lambda: _scale_down(ours_policy(), 300),
     "scale-down window 600 s": lambda: _scale_down(ours_policy(), 600),
+    # steadier fleets for smooth load (long-context chat x4, docs/benchmarks.md)
+    "scale-down tolerance 0.3": lambda: _scale_down_rules(ours_policy(), tolerance=0.3),
+    "scale-down 1 pod per 60 s": lambda: _scale_down_rules(
+        ours_policy(), policies=(ScalingPolicy(type="Pods", value=1, period_seconds=60),)
+    ),
+    "minReplicaCount 28": lambda: _floor(ours_policy(), 28),
 }
 
 
@@ -92,9 +115,13 @@ def _one(args: tuple[str, str]) -> dict[str, Any]:
     trace = next(t for name, t, _ in scenarios(False) if name == label)
     profile, slo = setup(label)
     cluster = ClusterConfig(profile=get_profile(profile))
-    policy = VARIANTS[variant]()
-    autoscaler = ours(initial_replicas(trace, STATIC[label]), policy=policy, slo_ttft_s=slo)
-    s = simulate(trace, autoscaler, cluster, slo_ttft_s=slo, seed=SEED).summary()
+    if variant.startswith(FLEET):
+        fleet = StaticPeak(int(variant.removeprefix(FLEET)), name=variant)
+        s = simulate(trace, fleet, cluster, slo_ttft_s=slo, seed=SEED).summary()
+    else:
+        policy = VARIANTS[variant]()
+        autoscaler = ours(initial_replicas(trace, STATIC[label]), policy=policy, slo_ttft_s=slo)
+        s = simulate(trace, autoscaler, cluster, slo_ttft_s=slo, seed=SEED).summary()
     return {
         "scenario": label,
         "variant": variant,
@@ -106,6 +133,12 @@ def _one(args: tuple[str, str]) -> dict[str, Any]:
     }
 
 
+def _dominates(o: dict[str, Any], r: dict[str, Any]) -> bool:
+    """``o`` uses no more GPU-hours at no lower attainment, strictly better on one."""
+    g, a, og, oa = r["gpu_hours"], r["slo_attainment"], o["gpu_hours"], o["slo_attainment"]
+    return og <= g and oa >= a and (og < g or oa > a)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--jobs", type=int, default=2)
@@ -115,8 +148,14 @@ def main() -> int:
         help=f"comma-separated, from: {', '.join(STATIC)}",
     )
     ap.add_argument("--variants", default="", help="comma-separated variant names (default all)")
+    ap.add_argument(
+        "--fleets",
+        default="",
+        help="A..B: also run fixed fleets of A..B replicas and say which dominate a variant",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "variants.json")
     args = ap.parse_args()
+    fleets = [f"{FLEET}{n}" for n in parse_static_sweep(args.fleets)] if args.fleets else []
     labels = [x.strip() for x in args.scenarios.split(",") if x.strip()]
     names = [x.strip() for x in args.variants.split(",") if x.strip()] or list(VARIANTS)
     for x in labels:
@@ -125,7 +164,7 @@ def main() -> int:
     for x in names:
         if x not in VARIANTS:
             raise SystemExit(f"--variants: value {x!r} must be one of {', '.join(VARIANTS)}")
-    jobs = [(label, v) for v in names for label in labels]
+    jobs = [(label, v) for v in names + fleets for label in labels]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         runs = list(pool.map(_one, jobs))
     by = {(r["scenario"], r["variant"]): r for r in runs}
@@ -133,18 +172,24 @@ def main() -> int:
         "| variant | " + " | ".join(f"{label}: GPU-h / att." for label in labels) + " |",
         "|---|" + "---:|" * len(labels),
     ]
-    for v in names:
-        cells = [
-            f"{by[(label, v)]['gpu_hours']:.2f} / {by[(label, v)]['slo_attainment']:.4f}"
-            for label in labels
-        ]
+    for v in names + fleets:
+        cells = []
+        for label in labels:
+            r = by[(label, v)]
+            cell = f"{r['gpu_hours']:.2f} / {r['slo_attainment']:.4f}"
+            if fleets and v in names:
+                beaten = [f for f in fleets if _dominates(by[(label, f)], r)]
+                r["dominated_by"] = beaten
+                cell += f" (dominated by {beaten[0]})" if beaten else " (not dominated)"
+            cells.append(cell)
         rows.append(f"| {v} | " + " | ".join(cells) + " |")
     publish(
         args.out,
         {
             "command": "python benchmarks/bench_variants.py"
             + (f" --scenarios {args.scenarios!r}" if labels != list(DEFAULT_SCENARIOS) else "")
-            + (f" --variants {args.variants!r}" if args.variants else ""),
+            + (f" --variants {args.variants!r}" if args.variants else "")
+            + (f" --fleets {args.fleets}" if args.fleets else ""),
             "seed": SEED,
             "runs": runs,
             "markdown": "\n".join(rows),

@@ -32,6 +32,7 @@ MARKERS = {
     "ours": ("o", "#1f77b4"),
     "ours-capacity": ("o", "#17becf"),
     "ours-lean": ("*", "#2ca02c"),
+    "ours-cost": ("P", "#17becf"),
 }
 
 

@@ -41,6 +41,7 @@ from autoscaler.sim.policies import (
     keda_seed,
     ours,
     ours_capacity_policy,
+    ours_cost_policy,
     ours_lean_policy,
 )
 from autoscaler.sim.simulator import Autoscaler, SimResult, admission, simulate
@@ -200,6 +201,8 @@ def build_policy(name: str, static_n: int, initial: int, cfg: CompareConfig) -> 
         return ours(initial, cfg.forecaster, ours_capacity_policy(), slo, name)
     if name == "ours-lean":
         return ours(initial, cfg.forecaster, ours_lean_policy(), slo, name)
+    if name == "ours-cost":
+        return ours(initial, cfg.forecaster, ours_cost_policy(), slo, name)
     raise ConfigError(
         f"--policy: value {name!r} must be 'all', 'oracle' or one of {', '.join(POLICY_NAMES)}"
     )

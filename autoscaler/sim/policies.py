@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from autoscaler.domain import Decision, DecisionState, Forecast, Observation, TimedValue
 from autoscaler.errors import ConfigError
 from autoscaler.forecast.planner import Planner, PlannerConfig
+from autoscaler.policy.profiles import RECOMMENDED_SCALE_DOWN_WINDOW_S, cost_first, recommended
 from autoscaler.policy.schema import (
     Behavior,
     ColdStartGuard,
@@ -36,9 +37,10 @@ POLICY_NAMES: tuple[str, ...] = (
     "ours",
     "ours-capacity",
     "ours-lean",
+    "ours-cost",
 )
 
-SCALE_DOWN_WINDOW_S = 450  # ours' scale-down stabilization (see ours_policy)
+SCALE_DOWN_WINDOW_S = RECOMMENDED_SCALE_DOWN_WINDOW_S  # ours' scale-down stabilization
 
 Forecaster = Callable[[SimView, float, float], Forecast | None]
 """(view, now, horizon_s) -> forecast of canonical signals at now + horizon_s."""
@@ -199,21 +201,17 @@ def keda_seed(initial_replicas: int) -> DecideAutoscaler:
 
 
 def ours_policy() -> Policy:
-    """The recommended policy: the schema's defaults (metrics incl. prompt tokens/s, HPA
-    scale-up) plus prediction on and a 450 s scale-down window (HPA's default is 300 s),
-    longer than a p90 warm-node cold start plus a provisioning median, so a replica
-    released in a lull is seldom bought back with a cold start at the next burst; 600 s
-    held too much after a ramp on the smooth long-context hour, 300 s released too
-    early between code bursts (docs/benchmarks.md). Both stay opt-in in the schema
-    because a policy without them keeps HPA's documented behaviour."""
-    return Policy(
-        min_replica_count=1,
-        max_replica_count=64,
-        prediction=Prediction(),
-        behavior=Behavior(
-            scale_down=ScalingRules(stabilization_window_seconds=SCALE_DOWN_WINDOW_S)
-        ),
-    )
+    """The recommended policy (`autoscaler.policy.profiles.recommended`): the schema's
+    defaults (metrics incl. prompt tokens/s, HPA scale-up) plus prediction on and a 450 s
+    scale-down window. Both stay opt-in in the schema because a policy without them keeps
+    HPA's documented behaviour."""
+    return recommended()
+
+
+def ours_cost_policy() -> Policy:
+    """The ``cost-first`` profile (`autoscaler.policy.profiles.cost_first`): per-replica
+    targets 1.5-2x higher and a 300 s scale-down window, for slowly moving chat traffic."""
+    return cost_first()
 
 
 def ours_capacity_policy() -> Policy:

@@ -121,7 +121,7 @@ def test_oracle_stops_adding_replicas_once_only_infeasible_requests_miss() -> No
 
 def test_ours_planner_learns_capacity_against_the_given_slo() -> None:
     cfg = CompareConfig(cluster=ClusterConfig(profile=H100), slo_ttft_s=2.0)
-    for name in ("ours", "ours-capacity", "ours-lean"):
+    for name in ("ours", "ours-capacity", "ours-lean", "ours-cost"):
         policy = build_policy(name, 4, 2, cfg)
         assert isinstance(policy, Ours) and policy.planner is not None
         assert policy.planner.planner.config.slo_s == 2.0

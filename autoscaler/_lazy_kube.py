@@ -17,6 +17,7 @@ Installed by ``autoscaler/__init__.py``, i.e. before any ``autoscaler`` module i
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import re
 import sys
@@ -40,6 +41,9 @@ class LazyModule(types.ModuleType):
         self.__path__ = [path]
         self.__file__ = f"{path}/__init__.py"
         self.__package__ = name
+        spec = importlib.machinery.ModuleSpec(name, None, origin=self.__file__, is_package=True)
+        spec.submodule_search_locations = [path]
+        self.__spec__ = spec
         self._lazy_names = names
 
     def __getattr__(self, attr: str) -> Any:

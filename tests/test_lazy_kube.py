@@ -65,3 +65,11 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 def test_install_does_nothing_once_the_client_is_imported() -> None:
     assert _lazy_kube.install() is False
+
+
+def test_the_lazy_packages_have_a_package_spec() -> None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("kubernetes_asyncio.client")
+    assert spec is not None and spec.submodule_search_locations
+    assert importlib.util.find_spec("kubernetes_asyncio.client.models.v1_pod") is not None

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import functools
-import io
 import itertools
 import json
 import os
@@ -40,13 +39,13 @@ import re
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+from revisions import extract
 
 from autoscaler.metrics import exposition
 from autoscaler.metrics.engines import read_snapshot
@@ -130,16 +129,6 @@ def measure_rounds(rounds: int) -> dict[str, list[float]]:
     return times
 
 
-def _extract(rev: str, into: Path) -> Path:
-    """The ``autoscaler`` package as of ``rev``, unpacked under ``into``."""
-    blob = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "autoscaler"], check=True, capture_output=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        tar.extractall(into, filter="data")
-    return into
-
-
 def _worker_rounds(code: Path | None) -> dict[str, list[float]]:
     env = dict(os.environ)
     if code is not None:
@@ -185,7 +174,7 @@ def main() -> None:
         ).stdout.strip()
         times: dict[str, list[float]] = {}
         with tempfile.TemporaryDirectory() as tmp:
-            code = _extract(rev, Path(tmp))
+            code = extract(rev, Path(tmp))
             for _ in range(args.rounds):
                 for into, where in ((baseline_times, code), (times, None)):
                     for name, series in _worker_rounds(where).items():

@@ -27,20 +27,20 @@ from __future__ import annotations
 
 import argparse
 import gc
-import io
 import json
 import os
 import random
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from revisions import extract
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "planner_memory.json"
@@ -167,15 +167,6 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _extract(rev: str, into: Path) -> Path:
-    blob = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "autoscaler"], check=True, capture_output=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        tar.extractall(into, filter="data")
-    return into
-
-
 def _run_worker(code: Path | None, args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ)
     if code is not None:
@@ -212,7 +203,7 @@ def main() -> None:
     before: list[dict[str, Any]] = []
     after: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        code = _extract(rev, Path(tmp))
+        code = extract(rev, Path(tmp))
         for _ in range(args.rounds):
             before.append(_run_worker(code, args))
             after.append(_run_worker(None, args))

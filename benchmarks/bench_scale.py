@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import io
 import json
 import math
 import multiprocessing
@@ -39,7 +38,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -48,6 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_scrape import _Pod, variants
+from revisions import extract
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "scale.json"
@@ -372,16 +371,6 @@ def table(rows: list[dict[str, Any]]) -> str:
     return head + body
 
 
-def _extract(rev: str, into: Path) -> Path:
-    """The ``autoscaler`` package as of ``rev``, unpacked under ``into``."""
-    blob = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "autoscaler"], check=True, capture_output=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        tar.extractall(into, filter="data")
-    return into
-
-
 def _run_worker(code: Path | None, targets: int, args: argparse.Namespace) -> dict[str, Any]:
     """One measurement in a fresh process, of the code under ``code`` (else this tree)."""
     env = dict(os.environ)
@@ -438,8 +427,8 @@ def compare(args: argparse.Namespace) -> None:
     }
     markdown = ""
     with tempfile.TemporaryDirectory() as tmp:
-        code = _extract(rev, Path(tmp) / "base")
-        current = _extract(args.current, Path(tmp) / "cur") if args.current else None
+        code = extract(rev, Path(tmp) / "base")
+        current = extract(args.current, Path(tmp) / "cur") if args.current else None
         for n in args.targets:
             before: list[dict[str, Any]] = []
             after: list[dict[str, Any]] = []

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import json
 import multiprocessing
 import os
@@ -38,11 +37,12 @@ import resource
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from revisions import extract, short_rev
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "tests" / "fixtures" / "metrics" / "vllm_v1_0.10.txt").read_text()
@@ -165,25 +165,6 @@ def worker(args: argparse.Namespace) -> None:
     print(json.dumps(result), flush=True)
 
 
-def _extract(rev: str, into: Path) -> Path:
-    """The ``autoscaler`` package as of ``rev``, unpacked under ``into``."""
-    blob = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "autoscaler"], check=True, capture_output=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        tar.extractall(into, filter="data")
-    return into
-
-
-def _rev(rev: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", rev],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
 def _run_worker(
     code: Path | None, loop: str, tuned: bool, ports: list[int], args: argparse.Namespace
 ) -> Any:
@@ -223,8 +204,8 @@ def main() -> None:
         loops = ["asyncio", "uvloop"]
     except ImportError:
         loops = ["asyncio"]
-    base_rev = _rev(args.baseline)
-    current = _rev(args.current) if args.current else "this tree"
+    base_rev = short_rev(args.baseline)
+    current = short_rev(args.current) if args.current else "this tree"
     queue: multiprocessing.Queue[int] = multiprocessing.Queue()
     proc = multiprocessing.Process(target=serve, args=(queue, args.servers), daemon=True)
     proc.start()
@@ -232,8 +213,8 @@ def main() -> None:
     try:
         ports = [queue.get(timeout=30) for _ in range(args.servers)]
         with tempfile.TemporaryDirectory() as tmp:
-            base_code = _extract(base_rev, Path(tmp) / "base")
-            cur_code = _extract(args.current, Path(tmp) / "cur") if args.current else None
+            base_code = extract(base_rev, Path(tmp) / "base")
+            cur_code = extract(args.current, Path(tmp) / "cur") if args.current else None
             configs = [(f"baseline {base_rev}, asyncio", base_code, "asyncio", False)]
             configs += [(f"{current}, {loop}", cur_code, loop, False) for loop in loops]
             configs.append((f"{current}, {loops[-1]} + tune_gc (= run)", cur_code, loops[-1], True))

@@ -30,11 +30,12 @@ import random
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from revisions import extract
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "tick.json"
@@ -182,18 +183,6 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _extract(rev: str, into: Path) -> Path:
-    """The ``autoscaler`` package as of ``rev``, unpacked under ``into``."""
-    blob = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "autoscaler"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        tar.extractall(into, filter="data")
-    return into
-
-
 def _run_worker(code: Path | None, args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ)
     if code is not None:
@@ -249,7 +238,7 @@ def main() -> None:
     before: list[dict[str, Any]] = []
     after: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        code = _extract(rev, Path(tmp))
+        code = extract(rev, Path(tmp))
         for _ in range(args.rounds):
             before.append(_run_worker(code, args))
             after.append(_run_worker(None, args))

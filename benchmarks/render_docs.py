@@ -140,7 +140,9 @@ def main() -> int:
             + held_doc["command"]
             + " --only ... --out benchmarks/results/policies-seed1.json`)\n\n"
             "Another seed for the rate duplication, the synthesized long-context hour and the "
-            "day envelopes, and for the cold-start draws; nothing was tuned on it.\n\n"
+            "day envelopes, and for the cold-start draws; nothing was tuned on it."
+            + (" The days are the 3 h `--quick` days." if "--quick" in held_doc["command"] else "")
+            + "\n\n"
             + held_out_md(held_doc)
         )
     body = "\n\n".join(parts)

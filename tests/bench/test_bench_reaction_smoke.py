@@ -68,7 +68,10 @@ def _assert_reacted(burst: Any) -> None:
     assert burst.replicas_from == 1 and burst.replicas_to > 1
     # the write answered a queue still there, above the policy's per-replica target
     assert burst.waiting_at_write > bench.WAITING_TARGET
-    assert 0 <= burst.phase < 1
+    # the jump fell at or after the last tick start before it (the phase is < 1 only while
+    # ticks are on time: a tick started late on a loaded machine stretches the interval,
+    # as in one clean-clone run at 1.03, so no upper bound here: that would time the host)
+    assert burst.phase >= 0
     # every tick up to the write reconciled the target (pollingInterval == tick)
     assert burst.ticks >= 4 and burst.reconciles == burst.ticks
 

@@ -61,6 +61,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "default: AUTOSCALER_SHARDS, else 1); every replica must use the same number",
     )
     p.add_argument(
+        "--shard-scope",
+        choices=["all", "held"],
+        default=None,
+        help="with --shards > 1: all = every replica scrapes and decides every target "
+        "(KEDA and the REST API answer on any replica), each writes only its shards; "
+        "held = each replica scrapes and decides only its shards' targets, so the CPU "
+        "splits too (direct mode only; default: AUTOSCALER_SHARD_SCOPE, else all)",
+    )
+    p.add_argument(
         "--http-port",
         type=int,
         default=None,
@@ -129,6 +138,8 @@ async def _main(args: argparse.Namespace) -> int:
         overrides["lease_namespace"] = args.lease_namespace
     if args.shards is not None:
         overrides["shards"] = args.shards
+    if args.shard_scope is not None:
+        overrides["shard_scope"] = args.shard_scope
     settings = Settings.load(**overrides)  # every bad value: field, value and rule
     if args.http_port is not None:
         settings.http.port = args.http_port

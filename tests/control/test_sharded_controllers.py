@@ -149,3 +149,20 @@ def test_the_shards_flag_and_env_var_go_through_the_same_validation(
     assert "shards: '-3': must be between 1" in capsys.readouterr().err
     monkeypatch.setenv("AUTOSCALER_SHARDS", "64")
     assert Settings.load().shards == 64
+
+
+def test_the_shard_scope_flag_goes_through_the_settings_validation(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from autoscaler.cli import main
+
+    monkeypatch.delenv("AUTOSCALER_SHARDS", raising=False)
+    # held without shards > 1 is refused with the rule, before any cluster access
+    assert main(["run", "--shard-scope", "held", "--kubeconfig", "/nonexistent"]) == 1
+    assert "shard_scope='held' needs shards > 1 (got 1)" in capsys.readouterr().err
+    # the flag wins over the environment, as --shards does
+    monkeypatch.setenv("AUTOSCALER_SHARD_SCOPE", "held")
+    argv = ["run", "--shard-scope", "all", "--kubeconfig", "/nonexistent"]
+    assert main(argv) == 1  # no cluster here: fails later, at the kubeconfig
+    err = capsys.readouterr().err
+    assert "shard_scope" not in err and "nonexistent" in err

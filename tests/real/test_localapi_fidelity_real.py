@@ -19,8 +19,20 @@ async def test_a_bare_replace_drops_labels_keeps_uid_and_bumps_generation(
     dep["metadata"]["labels"] = {"team": "search"}  # type: ignore[index]
     created = await kube.create(dep)
     body = _dep("llm", namespace, replicas=2)
-    body["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"]  # type: ignore[index]
-    got = await kube.request("PUT", await kube.path_for(body), body)
+    path = await kube.path_for(body)
+    # The real deployment controller writes the new object right after the create (status,
+    # the revision annotation), so the create's resourceVersion may already be stale: a 409
+    # there is optimistic concurrency working, not what this test is about. Replace as of
+    # the object's current resourceVersion, re-read on a conflict (a few times at most).
+    for attempt in range(5):
+        current = created if attempt == 0 else await kube.get(path)
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]  # type: ignore[index]
+        try:
+            got = await kube.request("PUT", path, body)
+            break
+        except KubeError as err:
+            if err.status != 409 or attempt == 4:
+                raise
     assert "labels" not in got["metadata"]
     assert got["metadata"]["uid"] == created["metadata"]["uid"]
     assert got["metadata"]["generation"] == 2

@@ -70,7 +70,6 @@ from typing import Any
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "rss.json"
-NAMESPACE = "fleet"
 PODS = 8
 POLICY = {  # bench_scale.py's: steady at 8 replicas, forecast planner on
     "maxReplicaCount": 16,
@@ -84,10 +83,6 @@ BEFORE: dict[str, str] = {
     "autoscaler.kube.informer": "benchmarks/baseline/informer_cc41b84.py",
 }
 HEAVY_MODULES = ("matplotlib", "autoscaler.sim", "autoscaler.emulator", "autoscaler.demo")
-
-
-def pod_ip(g: int) -> str:
-    return f"127.{1 + g // 62500}.{(g // 250) % 250}.{g % 250 + 1}"
 
 
 def rss_mb() -> float:
@@ -172,12 +167,10 @@ def serve_cluster(targets: int, ready_file: str) -> None:
 
 
 async def _serve_cluster(targets: int, ready: Path) -> None:
-    from autoscaler.domain import TargetRef
-    from autoscaler.kube.crd import spec_to_object
+    from fleet import pod_ip, populate
+
     from autoscaler.kube.localapi import LocalKubeAPI
-    from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL
     from autoscaler.policy.schema import load_policy
-    from autoscaler.store.base import ScaleTargetRef, TargetSpec
 
     loop = asyncio.get_running_loop()
     page = _Page()
@@ -188,42 +181,7 @@ async def _serve_cluster(targets: int, ready: Path) -> None:
         servers.append(server)
     policy = load_policy(POLICY)
     async with LocalKubeAPI(port=0) as kube:
-        for t in range(targets):
-            name = f"m{t:04d}"
-            labels = {"app": name}
-            container = {"name": "vllm", "image": "vllm/vllm-openai:v0.10.0"}
-            kube.create(
-                "deployments",
-                {
-                    "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
-                    "spec": {
-                        "replicas": PODS,
-                        "selector": {"matchLabels": labels},
-                        "template": {
-                            "metadata": {"labels": labels},
-                            "spec": {"containers": [container]},
-                        },
-                    },
-                },
-                group="apps",
-            )
-            for p in range(PODS):
-                pod = f"{name}-{p}"
-                kube.create(
-                    "pods",
-                    {
-                        "metadata": {"name": pod, "namespace": NAMESPACE, "labels": labels},
-                        "spec": {"containers": [container]},
-                    },
-                )
-                kube.mark_pod_ready(NAMESPACE, pod, ip=pod_ip(t * PODS + p))
-            spec = TargetSpec(
-                ref=TargetRef(NAMESPACE, name),
-                policy=policy,
-                scale_target_ref=ScaleTargetRef(name=name),
-                metrics_port=port,
-            )
-            kube.create(CRD_PLURAL, spec_to_object(spec), group=CRD_GROUP)
+        populate(kube, targets, PODS, policy, port)
         tmp = ready.with_suffix(".tmp")
         tmp.write_text(json.dumps({"url": kube.url}))
         tmp.replace(ready)

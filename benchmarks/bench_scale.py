@@ -46,21 +46,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_scrape import _Pod, variants
+from fleet import pod_ip, populate
 from revisions import extract
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "scale.json"
-NAMESPACE = "fleet"
 POLICY = {
     "maxReplicaCount": 16,
     "metrics": [{"signal": "running", "target": 42}],
     "prediction": {"enabled": True},
 }
-
-
-def pod_ip(g: int) -> str:
-    """Pod ``g``'s own loopback address (127.1.0.1, 127.1.0.2, ...)."""
-    return f"127.{1 + g // 62500}.{(g // 250) % 250}.{g % 250 + 1}"
 
 
 # ----------------------------------------------------------------------------- cluster
@@ -70,12 +65,8 @@ def serve_cluster(targets: int, pods: int, ready_file: str, stats_file: str) -> 
 
 
 async def _serve_cluster(targets: int, pods: int, ready: Path, stats: Path) -> None:
-    from autoscaler.domain import TargetRef
-    from autoscaler.kube.crd import spec_to_object
     from autoscaler.kube.localapi import LocalKubeAPI
-    from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL
     from autoscaler.policy.schema import load_policy
-    from autoscaler.store.base import ScaleTargetRef, TargetSpec
 
     loop = asyncio.get_running_loop()
     responses = variants()
@@ -94,41 +85,7 @@ async def _serve_cluster(targets: int, pods: int, ready: Path, stats: Path) -> N
         servers.append(server)
     policy = load_policy(POLICY)
     async with LocalKubeAPI(port=0) as kube:
-        for t in range(targets):
-            name = f"m{t:04d}"
-            labels = {"app": name}
-            kube.create(
-                "deployments",
-                {
-                    "metadata": {"name": name, "namespace": NAMESPACE},
-                    "spec": {
-                        "replicas": pods,
-                        "selector": {"matchLabels": labels},
-                        "template": {
-                            "metadata": {"labels": labels},
-                            "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
-                        },
-                    },
-                },
-                group="apps",
-            )
-            for p in range(pods):
-                pod = f"{name}-{p}"
-                kube.create(
-                    "pods",
-                    {
-                        "metadata": {"name": pod, "namespace": NAMESPACE, "labels": labels},
-                        "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
-                    },
-                )
-                kube.mark_pod_ready(NAMESPACE, pod, ip=pod_ip(t * pods + p))
-            spec = TargetSpec(
-                ref=TargetRef(NAMESPACE, name),
-                policy=policy,
-                scale_target_ref=ScaleTargetRef(name=name),
-                metrics_port=port,
-            )
-            kube.create(CRD_PLURAL, spec_to_object(spec), group=CRD_GROUP)
+        populate(kube, targets, pods, policy, port)
         kube.calls.clear()
         _write(ready, json.dumps({"url": kube.url}))
         while True:

@@ -53,8 +53,47 @@ class LeaseConfig:
             )
 
 
-def _micro_time(t: float) -> str:
+def micro_time(t: float) -> str:
+    """A Lease's MicroTime (RFC 3339, microseconds, UTC) for the epoch time ``t``."""
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def lease_body(
+    name: str,
+    namespace: str,
+    *,
+    holder: str,
+    duration_s: int,
+    acquire_time: str | None,
+    renew_time: str | None,
+    transitions: int,
+    resource_version: str | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A coordination.k8s.io/v1 Lease held by ``holder``: the body of a create (no
+    ``resource_version``) or of a conflict-checked replace. Used by the single leader
+    Lease and by the shard and member Leases (kube/sharding.py); a time given as None is
+    left out (a release)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels is not None:
+        meta["labels"] = labels
+    if annotations is not None:
+        meta["annotations"] = annotations
+    if resource_version is not None:
+        meta["resourceVersion"] = resource_version
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": meta,
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration_s,
+            **({} if acquire_time is None else {"acquireTime": acquire_time}),
+            **({} if renew_time is None else {"renewTime": renew_time}),
+            "leaseTransitions": transitions,
+        },
+    }
 
 
 class LeaderElector:
@@ -122,26 +161,20 @@ class LeaderElector:
             return False
         now = self._wall()
         same = holder == self.identity
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": cfg.name,
-                "namespace": cfg.namespace,
-                "resourceVersion": lease.metadata.resource_version,
-            },
-            "spec": {
-                "holderIdentity": self.identity,
-                "leaseDurationSeconds": int(cfg.lease_duration_s),
-                "acquireTime": (
-                    _micro_time(spec.acquire_time.timestamp())
-                    if same and spec.acquire_time
-                    else _micro_time(now)
-                ),
-                "renewTime": _micro_time(now),
-                "leaseTransitions": int(spec.lease_transitions or 0) + (0 if same else 1),
-            },
-        }
+        body = lease_body(
+            cfg.name,
+            cfg.namespace,
+            holder=self.identity,
+            duration_s=int(cfg.lease_duration_s),
+            acquire_time=(
+                micro_time(spec.acquire_time.timestamp())
+                if same and spec.acquire_time
+                else micro_time(now)
+            ),
+            renew_time=micro_time(now),
+            transitions=int(spec.lease_transitions or 0) + (0 if same else 1),
+            resource_version=lease.metadata.resource_version,
+        )
         try:
             await self._api.replace_namespaced_lease(cfg.name, cfg.namespace, body, **timeout)
         except ApiException as err:
@@ -154,19 +187,16 @@ class LeaderElector:
 
     async def _create(self, started: float, kw: dict[str, Any]) -> bool:
         cfg = self.config
-        now = _micro_time(self._wall())
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": cfg.name, "namespace": cfg.namespace},
-            "spec": {
-                "holderIdentity": self.identity,
-                "leaseDurationSeconds": int(cfg.lease_duration_s),
-                "acquireTime": now,
-                "renewTime": now,
-                "leaseTransitions": 0,
-            },
-        }
+        now = micro_time(self._wall())
+        body = lease_body(
+            cfg.name,
+            cfg.namespace,
+            holder=self.identity,
+            duration_s=int(cfg.lease_duration_s),
+            acquire_time=now,
+            renew_time=now,
+            transitions=0,
+        )
         try:
             await self._api.create_namespaced_lease(cfg.namespace, body, **kw)
         except ApiException as err:

@@ -53,7 +53,6 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -65,6 +64,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from autoscaler.domain import TargetRef
 from autoscaler.errors import ConfigError
 from autoscaler.kube.informer import Informer, Key
+from autoscaler.kube.leader import lease_body, micro_time
 from autoscaler.logging import get_logger
 from autoscaler.settings import DNS_LABEL, MAX_SHARDS
 
@@ -190,10 +190,6 @@ def lease_record(obj: Mapping[str, Any]) -> LeaseRecord:
         role=labels.get(ROLE_LABEL),
         shards=shards,
     )
-
-
-def _micro_time(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -394,31 +390,35 @@ class ShardManager:
 
     # ------------------------------------------------------------------ writing
     def _body(
-        self, name: str, role: str, holder: str, duration_s: float, rv: str | None, spec: Any
+        self,
+        name: str,
+        role: str,
+        holder: str,
+        duration_s: float,
+        rv: str | None,
+        transitions: int,
+        times: tuple[str, str] | None,
     ) -> dict[str, Any]:
-        meta: dict[str, Any] = {
-            "name": name,
-            "namespace": self.config.namespace,
-            "labels": {
+        """Our Lease ``name`` (labelled for the one Lease watch); ``times`` = (acquire,
+        renew), None for a release."""
+        acquire, renew = times if times is not None else (None, None)
+        member = role == "member"
+        return lease_body(
+            name,
+            self.config.namespace,
+            holder=holder,
+            duration_s=max(1, math.ceil(duration_s)),
+            acquire_time=acquire,
+            renew_time=renew,
+            transitions=transitions,
+            resource_version=rv,
+            labels={
                 "app.kubernetes.io/name": "llm-autoscaler",
                 GROUP_LABEL: self.config.prefix,
                 ROLE_LABEL: role,
             },
-        }
-        if role == "member":
-            meta["annotations"] = {SHARDS_ANNOTATION: str(self.config.shards)}
-        if rv is not None:
-            meta["resourceVersion"] = rv
-        return {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": meta,
-            "spec": {
-                "holderIdentity": holder,
-                "leaseDurationSeconds": max(1, math.ceil(duration_s)),
-                **spec,
-            },
-        }
+            annotations={SHARDS_ANNOTATION: str(self.config.shards)} if member else None,
+        )
 
     async def _write(
         self,
@@ -430,7 +430,7 @@ class ShardManager:
         started: float,
     ) -> _Held | None:
         """Create (``rv`` None) or replace the Lease as ours; None when we did not win."""
-        now = _micro_time(self._wall())
+        now = micro_time(self._wall())
         acquired = acquire_time or now
         body = self._body(
             name,
@@ -438,7 +438,8 @@ class ShardManager:
             self.identity,
             self.config.lease_duration_s,
             rv,
-            {"acquireTime": acquired, "renewTime": now, "leaseTransitions": transitions},
+            transitions,
+            (acquired, now),
         )
         kw = {"_request_timeout": self.config.retry_period_s}
         ns = self.config.namespace
@@ -505,7 +506,8 @@ class ShardManager:
             "",
             1,
             held.resource_version,
-            {"leaseTransitions": held.transitions},
+            held.transitions,
+            None,
         )
         kw = {"_request_timeout": self.config.retry_period_s}
         self.requests.add("update")

@@ -54,8 +54,8 @@ def layout_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     calls: list[bool] = []
     original = layout._Layout.read
 
-    def read(self: layout._Layout, lines: list[str]) -> exposition.Page | None:
-        page = original(self, lines)
+    def read(self: layout._Layout, text: str) -> exposition.Page | None:
+        page = original(self, text)
         calls.append(page is not None)
         return page
 
@@ -167,3 +167,79 @@ def test_pods_whose_label_values_differ_only_in_digits_each_get_a_layout(
     assert len(caches._LAYOUTS) == 2
     # the last round: pod 1 tries pod 2's layout (built first) then its own; pod 2 its own
     assert layout_reads[-3:] == [False, True, True]
+
+
+def _layout() -> layout._Layout:
+    (only,) = caches._LAYOUTS.values()
+    return only
+
+
+def _filler(n: int, tag: str = "f") -> str:
+    return "".join(f'{tag}_other{{k="v"}} {i}\n' for i in range(n))
+
+
+def test_an_ascii_page_is_split_only_in_the_regions_it_compares(
+    layout_reads: list[bool],
+) -> None:
+    exposition.clear_caches()
+    page = _filler(30) + "# TYPE m gauge\nm 1\n" + _filler(30, "g") + "# TYPE x gauge\nx 2\n"
+    _three_times(page)
+    regions = _layout().regions
+    assert regions is not None and [r[0] for r in regions] == [
+        "\n# TYPE m gauge",
+        "\n# TYPE x gauge",
+    ]
+    moved = page.replace(" 1\n", " 100000000000000000000\n").replace(" 2\n", " 3e-7\n")
+    read = parse_page(moved, ["m", "x"]).families
+    assert [read[n].samples[0].value for n in ("m", "x")] == [1e20, 3e-7]
+    assert (read["m"].line, read["x"].line) == (32, 64)
+    assert layout_reads == [True, True]
+
+
+def test_values_far_longer_than_before_are_read_through_the_regions(
+    layout_reads: list[bool],
+) -> None:
+    exposition.clear_caches()
+    page = _filler(20) + "# TYPE m gauge\n" + "".join(f'm{{a="{i}"}} 1\n' for i in range(50))
+    _three_times(page)
+    longer = page.replace("} 1\n", "} 1234567890123456.0\n")  # 1 -> 20 characters a line
+    assert all(
+        s.value == 1234567890123456.0 for s in parse_page(longer, ["m", "x"]).families["m"].samples
+    )
+    assert layout_reads == [True, True]
+    _assert_reads_as_strict(longer, ["m", "x"])
+
+
+def test_a_run_whose_first_line_is_not_unique_is_found_from_an_earlier_line(
+    layout_reads: list[bool],
+) -> None:
+    exposition.clear_caches()
+    # "m 1" starts two skeleton lines ("m 1" and "m 2" are both "m "): not an anchor
+    page = "m 1\n" + _filler(20) + "m 2\n" + _filler(20, "g") + "# TYPE x gauge\nx 3\n"
+    for _ in range(3):
+        parse_page(page, ["m", "x"])
+    regions = _layout().regions
+    assert regions is not None and regions[0][0] == ""  # from the page's first line
+    read = parse_page(page.replace("x 3", "x 4"), ["m", "x"]).families
+    assert [s.value for s in read["m"].samples] == [1, 2] and read["x"].samples[0].value == 4
+    assert layout_reads == [True, True]
+
+
+def test_a_region_whose_first_line_changed_is_read_by_the_walk(layout_reads: list[bool]) -> None:
+    exposition.clear_caches()
+    page = _filler(20) + '# HELP m in region 1\n# TYPE m gauge\nm{a="1"} 1\n'
+    _three_times(page)
+    changed = page.replace("region 1", "region 2")  # same skeleton, anchor not found
+    assert parse_page(changed, ["m", "x"]).families["m"].help == "in region 2"
+    assert layout_reads == [True, False]
+
+
+def test_a_non_ascii_page_is_read_through_its_layout_split_whole(
+    layout_reads: list[bool],
+) -> None:
+    exposition.clear_caches()
+    page = "# HELP f caf\u00e9\n" + _filler(20) + "# TYPE m gauge\nm 1\n"
+    _three_times(page)
+    assert _layout().regions is None
+    assert parse_page(page.replace("m 1", "m 7"), ["m", "x"]).families["m"].samples[0].value == 7
+    assert layout_reads == [True, True]

@@ -41,7 +41,9 @@ _T = TypeVar("_T")
 # one) was such a line on the page the layout was built from. Those lines are compared
 # exactly (sample lines by their text before the value, comments whole, the page from a
 # line holding "EOF" on whole); their values are parsed as the walk parses them. Any
-# difference, an odd value or a changed skeleton -> the walk reads the page.
+# difference, an odd value or a changed skeleton -> the walk reads the page. On an ASCII
+# page only the runs of compared lines are split (`_regions`: ~100 of the ~300 lines up to
+# the last compared one on a vLLM page), each found by its first line's text.
 _SKELETON_DELETE = b"0123456789.+-e"
 
 
@@ -135,11 +137,42 @@ class _Layout:
     families: tuple[_LaidFamily, ...]
     openmetrics: bool
     size_bytes: int
+    # An ASCII page's lines are split only where the layout compares them: one `_Region`
+    # per run of compared lines (`pick` and `exact` index their concatenation); None: the
+    # page is split from its first line up to ``split``.
+    regions: tuple[_Region, ...] | None = None
 
-    def read(self, lines: list[str]) -> Page | None:
-        """The wanted families of a page split in ``lines`` (at least ``split`` of them, or
-        all), or None when a line differs from the layout."""
-        if len(lines) < self.split or self.exact(lines) != self.exact_lines:
+    def lines_of(self, text: str) -> list[str] | None:
+        """The lines `pick` and `exact` index, or None when ``text`` cannot have them."""
+        if self.regions is None:
+            lines = text.split("\n", self.split)
+            return lines if len(lines) >= self.split else None
+        lines = []
+        extra = len(text) - self.skeleton_bytes  # the characters the skeleton lacks
+        size = len(text)
+        for needle, low, skeleton_bytes, n in self.regions:
+            start = 0
+            if needle:
+                start = text.find(needle, low, low + extra + len(needle))
+                if start < 0:
+                    return None
+                start += 1
+            end = start + 2 * skeleton_bytes + 256
+            parts = text[start:end].split("\n", n)
+            if len(parts) <= n and end < size:  # values grew a lot: take the bound
+                end = start + skeleton_bytes + extra
+                parts = text[start:end].split("\n", n)
+            if len(parts) < n or (len(parts) == n and end < size):
+                return None
+            del parts[n:]
+            lines += parts
+        return lines
+
+    def read(self, text: str) -> Page | None:
+        """The wanted families of ``text`` (whose skeleton is this layout's), or None when
+        a line differs from the layout."""
+        lines = self.lines_of(text)
+        if lines is None or self.exact(lines) != self.exact_lines:
             return None
         picked = self.pick(lines)  # below, C loops only: no Python code per line
         if not all(map(str.startswith, picked, self.heads)):
@@ -208,23 +241,78 @@ class _Layout:
         heads = tuple(lines[i].rpartition(" ")[0] + " " for i in picked)
         exact_lines = tuple(lines[i] for i in exact)
         frozen = tuple(families)
+        regions: tuple[_Region, ...] | None = None
+        at = {i: i for i in (*picked, *exact)}  # line -> its index in what `pick` reads
+        if text.isascii():
+            anchors = dict(zip(picked, heads, strict=True)) | {i: lines[i] for i in exact}
+            regions, at = _regions(skeletons, anchors)
         return _Layout(
             skeleton_bytes=len(skeleton),
             split=max([*picked, *exact, 0]) + 1,
-            pick=_picker(picked),
+            pick=_picker([at[i] for i in picked]),
             heads=heads,
             cuts=tuple(slice(len(head), None) for head in heads[: len(picked) - len(others)]),
             n_values=len(picked) - len(others),
-            exact=_picker(exact),
+            exact=_picker([at[i] for i in exact]),
             exact_lines=exact_lines,
             names=tuple(names),
             labels=tuple(labels),
             families=frozen,
             openmetrics=page.openmetrics,
-            size_bytes=_size(heads, exact_lines, frozen, tuple(names), tuple(labels))
+            size_bytes=_size(heads, exact_lines, frozen, tuple(names), tuple(labels), regions)
             + 80 * len(picked)
             + 512,
+            regions=regions,
         )
+
+
+# (needle, search start, skeleton bytes of its lines, lines): a run of compared lines is
+# found by its first line's text: ``"\n" + text`` (a sample line's text up to its value,
+# a comment line whole) searched from where that line's newline is in the skeleton (a page
+# is never shorter than its skeleton before a line); "" for a run from the page's first line.
+_Region = tuple[str, int, int, int]
+# Runs of compared lines at most this many lines apart are split as one region.
+REGION_GAP_LINES = 8
+
+
+def _regions(
+    skeletons: list[bytes], anchors: dict[int, str]
+) -> tuple[tuple[_Region, ...], dict[int, int]]:
+    """The regions holding the lines in ``anchors`` (line -> its compared text), and
+    where each of those lines is in the regions' lines, concatenated.
+
+    A region starts at a line whose compared text, deleted like the skeleton, starts
+    exactly one skeleton line: on a page with this skeleton, a line starting with that
+    text can only be that line, so the first match found is the region's first line.
+    A run whose first line is not such a line joins the run before it (the first run
+    then starts at the page's first line)."""
+    runs: list[list[int]] = []  # [first, last] lines
+    for i in sorted(anchors):
+        if runs and i - runs[-1][1] <= REGION_GAP_LINES:
+            runs[-1][1] = i
+            continue
+        prefix = anchors[i].encode().translate(None, _SKELETON_DELETE)
+        if sum(1 for sk in skeletons if sk.startswith(prefix)) == 1:
+            runs.append([i, i])
+        elif runs:
+            runs[-1][1] = i
+        else:
+            runs.append([0, i])
+    offsets = [0]
+    for sk in skeletons:
+        offsets.append(offsets[-1] + len(sk) + 1)
+    regions: list[_Region] = []
+    at: dict[int, int] = {}
+    n = 0  # lines of the regions before this one
+    for first, last in runs:
+        for i in range(first, last + 1):
+            if i in anchors:
+                at[i] = n + i - first
+        n += last + 1 - first
+        needle = "\n" + anchors[first] if first else ""
+        low = offsets[first] - 1 if first else 0
+        regions.append((needle, low, offsets[last + 1] - offsets[first], last + 1 - first))
+    return tuple(regions), at
 
 
 def _reads_as(line: str, sample: Sample) -> bool:
@@ -252,15 +340,10 @@ def _parse_fast(text: str, wanted: frozenset[str], max_lines: int) -> Page:
         return _parse_walk(text, wanted, max_lines)
     skeleton = text.encode().translate(None, _SKELETON_DELETE)
     key = (wanted, hash(skeleton))
-    lines: list[str] = []
-    split = -1
     n = 0  # layouts of this skeleton: pods whose label values differ only in digits
     while (layout := _LAYOUTS.get((*key, n))) is not None:
         if layout.skeleton_bytes == len(skeleton):
-            if layout.split > split:
-                split = layout.split
-                lines = text.split("\n", split)
-            page = layout.read(lines)
+            page = layout.read(text)
             if page is not None:
                 return page
         n += 1

@@ -58,6 +58,7 @@ import importlib.util
 import json
 import multiprocessing
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -240,6 +241,8 @@ def _ranges() -> dict[str, list[tuple[int, int, str]]]:
     for obj, name in (
         (history.DecisionHistory, "autoscaler/control/history.py:decisions"),
         (history.ObservationRing, "autoscaler/control/history.py:observations"),
+        (history._ObsBlock, "autoscaler/control/history.py:observations"),
+        (history._DecisionBlock, "autoscaler/control/history.py:decisions"),
         (history._Columns, "autoscaler/control/history.py:observations"),
         (bench_memory.clone, "autoscaler/control/history.py:decisions"),
         (bench_memory._new_float, "autoscaler/control/history.py:decisions"),
@@ -426,6 +429,61 @@ def components(ctl: Any, source: Any) -> dict[str, float]:
 REST_BY_TYPE: dict[str, float] = {}  # the last `components` call's "everything else"
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def allocator_stats() -> dict[str, float]:
+    """MB held by the two allocators: pymalloc (objects <= 512 bytes: its arenas, the
+    bytes in live blocks, free blocks and empty pools, from sys._debugmallocstats) and
+    glibc malloc (mallinfo2: heap + mmapped, in use, free); {} where unavailable."""
+    out: dict[str, float] = {}
+    with tempfile.TemporaryFile(mode="w+") as f:
+        saved = os.dup(2)
+        try:
+            sys.stderr.flush()
+            os.dup2(f.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        text = f.read()
+    for key, pattern in (
+        ("pymalloc_arenas", r"(\d+) arenas \* \d+ bytes/arena\s+=\s+([\d,]+)"),
+        ("pymalloc_blocks_in_use", r"# bytes in allocated blocks\s+=\s+([\d,]+)"),
+        ("pymalloc_free_blocks", r"# bytes in available blocks\s+=\s+([\d,]+)"),
+        ("pymalloc_empty_pools", r"\d+ unused pools \* \d+ bytes\s+=\s+([\d,]+)"),
+    ):
+        m = re.search(pattern, text)
+        if m:
+            out[key] = int(m.groups()[-1].replace(",", "")) / 2**20
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        mi = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return out
+    out["malloc_heap_and_mmap"] = (mi.arena + mi.hblkhd) / 2**20
+    out["malloc_in_use"] = (mi.uordblks + mi.hblkhd) / 2**20
+    out["malloc_free"] = mi.fordblks / 2**20
+    return out
+
+
 def malloc_trim() -> bool:
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -588,8 +646,10 @@ async def child(
         }
         out["tracemalloc_overhead_mb"] = overhead / 2**20
     else:
+        out["allocator_mb"] = allocator_stats()
         out["trimmed"] = malloc_trim()
         rss["after_malloc_trim"] = rss_mb()
+        out["allocator_after_trim_mb"] = allocator_stats()
         out["components_mb"] = components(ctl, source)  # after: the walk allocates
         out["everything_else_by_type_mb"] = dict(REST_BY_TYPE)
         if args.census:
@@ -627,13 +687,30 @@ def table(rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
-def run_child(url: str, variant: str, args: argparse.Namespace, trace: bool) -> dict[str, Any]:
+def run_child(
+    url: str, variant: str, args: argparse.Namespace, trace: bool, baseline: Path | None = None
+) -> dict[str, Any]:
+    """One measured interpreter. ``variant`` is ``now``, ``before`` or a ``--baseline``
+    revision, optionally followed by ``+NAME=VALUE`` environment settings of that child
+    (``now+PYTHONMALLOC=malloc``)."""
+    name, *settings = variant.split("+")
+    env = dict(os.environ)
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep:
+            raise SystemExit(f"variant {variant!r}: {setting!r} is not NAME=VALUE")
+        env[key] = value
+    if baseline is not None:  # that revision's package first on the path
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(baseline), env.get("PYTHONPATH", "")) if p
+        )
+        name = "now"  # the revision's own code, nothing swapped in
     cmd = [
         sys.executable,
         __file__,
         "--child",
         url,
-        variant,
+        name,
         "--targets",
         str(args.targets),
         "--ticks",
@@ -645,7 +722,6 @@ def run_child(url: str, variant: str, args: argparse.Namespace, trace: bool) -> 
         cmd.append("--trace")
     if args.census:
         cmd.append("--census")
-    env = dict(os.environ)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"child {variant} failed:\n{proc.stderr[-4000:]}")
@@ -661,6 +737,12 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=32)
     parser.add_argument("--step", type=float, default=2.0)
     parser.add_argument("--variants", nargs="+", default=["now"])
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="a git revision measured first, as its own variant (its autoscaler package "
+        "extracted with git archive, first on the child's PYTHONPATH)",
+    )
     parser.add_argument("--trace", action="store_true", help="also a tracemalloc run per variant")
     parser.add_argument(
         "--census", action="store_true", help="live objects by type at steady state (MB, count)"
@@ -683,11 +765,17 @@ def main() -> None:
                     raise RuntimeError("the cluster process did not come up")
                 time.sleep(0.5)
             url = json.loads(ready.read_text())["url"]
-            for variant in args.variants:
-                results[variant] = run_child(url, variant, args, trace=False)
+            variants: list[tuple[str, Path | None]] = [(v, None) for v in args.variants]
+            if args.baseline:
+                from revisions import extract, short_rev
+
+                rev = short_rev(args.baseline)
+                variants.insert(0, (rev, extract(rev, Path(tmp) / "baseline")))
+            for variant, baseline in variants:
+                results[variant] = run_child(url, variant, args, trace=False, baseline=baseline)
                 print(f"{variant}: {json.dumps(results[variant])}", file=sys.stderr, flush=True)
                 if args.trace:
-                    traced = run_child(url, variant, args, trace=True)
+                    traced = run_child(url, variant, args, trace=True, baseline=baseline)
                     results[variant]["traced"] = traced
                     print(f"{variant} traced: {json.dumps(traced)}", file=sys.stderr, flush=True)
         finally:
@@ -708,6 +796,27 @@ def main() -> None:
     for key, label in phases:
         rows.append([label, *(f"{results[n]['rss_mb'].get(key, float('nan')):.1f}" for n in names)])
     print(table(rows))
+    alloc_keys: list[str] = []
+    for n in names:
+        for k in results[n].get("allocator_mb", {}):
+            if k not in alloc_keys:
+                alloc_keys.append(k)
+    if alloc_keys:
+        nan = float("nan")
+        arows: list[list[object]] = [["allocators at steady state (MB; after trim)", *names]]
+        for k in alloc_keys:
+            arows.append(
+                [
+                    k,
+                    *(
+                        f"{results[n].get('allocator_mb', {}).get(k, nan):.1f}"
+                        f" ({results[n].get('allocator_after_trim_mb', {}).get(k, nan):.1f})"
+                        for n in names
+                    ),
+                ]
+            )
+        print()
+        print(table(arows))
     comp_names: list[str] = []
     for n in names:
         for c in results[n].get("components_mb", {}):

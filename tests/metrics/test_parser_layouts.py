@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoscaler.errors import ParseError
-from autoscaler.metrics import exposition
-from autoscaler.metrics.engines import VLLM_FAMILIES, read_snapshot
+from autoscaler.metrics import engines, exposition
+from autoscaler.metrics.engines import VLLM_FAMILIES, EngineSnapshot, read_snapshot
 from autoscaler.metrics.exposition import caches, layout, merge_histogram, parse_page
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
@@ -52,14 +52,14 @@ def _layouts_used() -> int:
 def layout_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Records each layout read: True when it returned the page, False on a fallback."""
     calls: list[bool] = []
-    original = layout._Layout.read
+    original = layout._Layout.read_values
 
-    def read(self: layout._Layout, text: str) -> exposition.Page | None:
-        page = original(self, text)
-        calls.append(page is not None)
-        return page
+    def read_values(self: layout._Layout, text: str) -> list[float] | None:
+        values = original(self, text)
+        calls.append(values is not None)
+        return values
 
-    monkeypatch.setattr(layout._Layout, "read", read)
+    monkeypatch.setattr(layout._Layout, "read_values", read_values)
     return calls
 
 
@@ -243,3 +243,65 @@ def test_a_non_ascii_page_is_read_through_its_layout_split_whole(
     assert _layout().regions is None
     assert parse_page(page.replace("m 1", "m 7"), ["m", "x"]).families["m"].samples[0].value == 7
     assert layout_reads == [True, True]
+
+
+def _same_snapshot(a: EngineSnapshot, b: EngineSnapshot) -> None:
+    assert a == b
+    for x, y in ((a.gauges, b.gauges), (a.counters, b.counters), (a.histograms, b.histograms)):
+        assert list(x) == list(y)  # key order too: a pod's window rows follow it
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["vllm_v1_0.10.txt", "vllm_v1_0.10_dp2.txt", "vllm_v0_0.6.txt"]), st.data())
+def test_a_vllm_snapshot_by_its_layouts_plan_equals_the_strict_snapshot(
+    fixture: str, data: st.DataObject
+) -> None:
+    exposition.clear_caches()
+    base = (FIXTURES / fixture).read_text()
+    read_by_layout = 0
+    for k in range(5):  # layout built on the 2nd page, plan made on the 3rd, used after
+        values = data.draw(st.lists(_NUMBERS, min_size=1, max_size=6))
+        text = _revalue(base, values)
+        try:
+            strict = read_snapshot(text, "vllm", strict=True)
+        except ParseError as exc:  # e.g. a KV fraction over 1: the same error
+            with pytest.raises(ParseError) as fast:
+                read_snapshot(text, "vllm")
+            assert (str(fast.value), fast.value.line) == (str(exc), exc.line)
+            continue
+        _same_snapshot(read_snapshot(text, "vllm"), strict)
+        read_by_layout += k >= 2
+    plans = [layout.plans.get("vllm") for layout in caches._LAYOUTS.values()]
+    if fixture == "vllm_v0_0.6.txt":  # no inter-token latency: a second page read
+        assert all(p is None or p == engines._NO_PLAN for p in plans)
+    elif read_by_layout:
+        assert any(callable(p) for p in plans)
+
+
+def test_a_kv_fraction_out_of_range_by_the_plan_raises_as_the_adapter_does() -> None:
+    exposition.clear_caches()
+    base = (FIXTURES / "vllm_v1_0.10.txt").read_text()
+    for k in range(4):
+        read_snapshot(_revalue(base, [f"0.{k}5"]), "vllm")
+    assert callable(next(iter(caches._LAYOUTS.values())).plans["vllm"])
+    over = _revalue(base, ["1.5"])
+    with pytest.raises(ParseError) as strict:
+        read_snapshot(over, "vllm", strict=True)
+    with pytest.raises(ParseError) as fast:
+        read_snapshot(over, "vllm")
+    assert "must be within [0, 1]" in str(fast.value)
+    assert (str(fast.value), fast.value.line) == (str(strict.value), strict.value.line)
+
+
+def test_a_page_its_layout_cannot_read_is_read_whole_and_the_plan_stays(
+    layout_reads: list[bool],
+) -> None:
+    exposition.clear_caches()
+    base = (FIXTURES / "vllm_v1_0.10.txt").read_text()
+    for k in range(4):
+        read_snapshot(_revalue(base, [f"0.{k}5"]), "vllm")
+    plan = next(iter(caches._LAYOUTS.values())).plans["vllm"]
+    moved = base.replace('engine="0"', 'engine="1"')  # same skeleton, other heads
+    assert read_snapshot(moved, "vllm") == read_snapshot(moved, "vllm", strict=True)
+    assert layout_reads[-1] is False
+    assert callable(plan) and plan in [lay.plans.get("vllm") for lay in caches._LAYOUTS.values()]

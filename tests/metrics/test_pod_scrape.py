@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,34 @@ async def test_a_pod_that_changes_engine_is_detected_again() -> None:
     sglang = read_snapshot(pages["page"].decode())
     assert first.pods_read == 1 and first.signals["waiting"] == 11
     assert second.pods_read == 1 and second.signals["waiting"] == sglang.gauges["waiting"]
+
+
+async def test_scrapes_in_flight_never_exceed_max_concurrency_across_targets() -> None:
+    page = (FIXTURES / "vllm_v1_0.10.txt").read_bytes()
+    in_flight = [0, 0]  # now, most seen
+    gate = asyncio.Event()
+
+    async def slow(_: web.Request) -> web.Response:
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight)
+        await gate.wait()
+        in_flight[0] -= 1
+        return web.Response(body=page, content_type="text/plain")
+
+    runner, url = await _serve(slow)
+    source = PodScrapeSource(ScrapeConfig(max_concurrency=3))
+    pods = [PodEndpoint(f"p{i}", f"{url}?pod={i}") for i in range(4)]
+    try:
+        reads = [asyncio.ensure_future(source.read(f"t{k}", pods, 1.0)) for k in range(2)]
+        for _ in range(2000):  # yields only: the server accepts and answers in this loop
+            await asyncio.sleep(0)
+            if in_flight[0] == 3:
+                break
+        assert in_flight[0] == 3  # 8 scrapes wanted, 3 slots
+        gate.set()
+        readings = await asyncio.gather(*reads)
+    finally:
+        await source.close()
+        await runner.cleanup()
+    assert in_flight[1] == 3
+    assert [r.pods_read for r in readings] == [4, 4]

@@ -55,7 +55,7 @@ from autoscaler.metrics.exposition.caches import (
     clear_caches,
 )
 from autoscaler.metrics.exposition.histogram import merge_histogram
-from autoscaler.metrics.exposition.layout import _parse_fast
+from autoscaler.metrics.exposition.layout import LaidOut, _parse_fast, _parse_fast_values
 from autoscaler.metrics.exposition.model import Family, HistogramData, Page, Sample
 from autoscaler.metrics.exposition.scan import MAX_WANTED_LINES
 from autoscaler.metrics.exposition.strict import _parse_strict
@@ -67,12 +67,14 @@ __all__ = [
     "PAGE_CACHE_ALLOWANCE_BYTES",
     "Family",
     "HistogramData",
+    "LaidOut",
     "Page",
     "Sample",
     "cache_bytes",
     "clear_caches",
     "merge_histogram",
     "parse_page",
+    "parse_page_values",
 ]
 
 
@@ -106,3 +108,23 @@ def parse_page(
     if not wanted:
         return Page({})
     return _parse_fast(text, wanted, _PAGE.max_lines)
+
+
+def parse_page_values(
+    text: str, families: tuple[str, ...], *, max_lines: int | None = None
+) -> Page | LaidOut:
+    """`parse_page`'s fast mode, but a page read through a layout comes back unbuilt:
+    ``(layout, values)``, where ``layout.page(values)`` is the `Page` `parse_page`
+    returns and ``layout.plans`` a memo for what a reader derives from the layout."""
+    if not isinstance(text, str):
+        raise ParseError(f"expected text, got {type(text).__name__}", 1)
+    _new_page()
+    _PAGE.max_lines = MAX_WANTED_LINES if max_lines is None else max_lines
+    wanted = _WANTED.get(families)
+    if wanted is None:
+        wanted = frozenset(families)
+        if len(_WANTED) < 1024:
+            _WANTED[families] = wanted
+    if not wanted:
+        return Page({})
+    return _parse_fast_values(text, wanted, _PAGE.max_lines)

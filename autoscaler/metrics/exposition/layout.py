@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from typing import TypeVar
 
@@ -141,6 +141,9 @@ class _Layout:
     # per run of compared lines (`pick` and `exact` index their concatenation); None: the
     # page is split from its first line up to ``split``.
     regions: tuple[_Region, ...] | None = None
+    # What readers of this layout's pages derive from its structure once (see
+    # `engines.read_snapshot`), by reader: forgotten with the layout.
+    plans: dict[str, object] = field(default_factory=dict)
 
     def lines_of(self, text: str) -> list[str] | None:
         """The lines `pick` and `exact` index, or None when ``text`` cannot have them."""
@@ -171,6 +174,11 @@ class _Layout:
     def read(self, text: str) -> Page | None:
         """The wanted families of ``text`` (whose skeleton is this layout's), or None when
         a line differs from the layout."""
+        values = self.read_values(text)
+        return None if values is None else self.page(values)
+
+    def read_values(self, text: str) -> list[float] | None:
+        """The wanted samples' values of ``text`` in layout order (see `read`)."""
         lines = self.lines_of(text)
         if lines is None or self.exact(lines) != self.exact_lines:
             return None
@@ -182,9 +190,25 @@ class _Layout:
         if "_" in joined or " " in joined:  # a separator, a timestamp or an exemplar
             return None
         try:
-            values = list(map(float, texts))
+            return list(map(float, texts))
         except ValueError:
             return None
+
+    def spans(self) -> dict[str, tuple[int, int]]:
+        """Each family's samples' [start, end) among the values."""
+        return {f[0]: (f[4], f[5]) for f in self.families}
+
+    def histogram(self, name: str) -> Callable[[list[float]], HistogramData] | None:
+        """`merge_histogram` of family ``name`` from a page's values, once it has run on
+        one of this layout's pages and found buckets (else None)."""
+        for family, _kind, _help, _line, start, end, memo in self.families:
+            merge = memo[0]
+            if family == name and merge is not None:
+                return lambda values: merge.apply(values[start:end])
+        return None
+
+    def page(self, values: list[float]) -> Page:
+        """The families of a page whose values `read_values` read."""
         new = tuple.__new__
         # every sample in one C loop; each family takes its slice
         rows = list(map(new, repeat(Sample), zip(self.names, self.labels, values, repeat(None))))
@@ -261,6 +285,7 @@ class _Layout:
             openmetrics=page.openmetrics,
             size_bytes=_size(heads, exact_lines, frozen, tuple(names), tuple(labels), regions)
             + 80 * len(picked)
+            + 2048  # a reader's plan (`plans`)
             + 512,
             regions=regions,
         )
@@ -330,6 +355,17 @@ def _reads_as(line: str, sample: Sample) -> bool:
 
 
 def _parse_fast(text: str, wanted: frozenset[str], max_lines: int) -> Page:
+    read = _parse_fast_values(text, wanted, max_lines)
+    if isinstance(read, Page):
+        return read
+    layout, values = read
+    return layout.page(values)
+
+
+LaidOut = tuple[_Layout, list[float]]  # a page read by a layout: its values, not built
+
+
+def _parse_fast_values(text: str, wanted: frozenset[str], max_lines: int) -> Page | LaidOut:
     lead = _LEADING_BLANKS.match(text).end()  # type: ignore[union-attr]  # always matches
     if lead < len(text) and text[lead] not in _FIRST_CHARS:
         line = text.count("\n", 0, lead) + 1
@@ -343,9 +379,9 @@ def _parse_fast(text: str, wanted: frozenset[str], max_lines: int) -> Page:
     n = 0  # layouts of this skeleton: pods whose label values differ only in digits
     while (layout := _LAYOUTS.get((*key, n))) is not None:
         if layout.skeleton_bytes == len(skeleton):
-            page = layout.read(text)
-            if page is not None:
-                return page
+            values = layout.read_values(text)
+            if values is not None:
+                return (layout, values)
         n += 1
     page = _parse_walk(text, wanted, max_lines)
     if n or key in _SKELETONS:  # the second page with this skeleton: worth remembering

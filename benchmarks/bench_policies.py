@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.metrics.signals import DEFAULT_WINDOW_S
 from autoscaler.sim.cluster import ClusterConfig
 from autoscaler.sim.compare import CompareConfig, run_policies, size_static, static_sizing
 from autoscaler.sim.policies import POLICY_NAMES
@@ -52,10 +53,15 @@ def setup(label: str) -> tuple[str, float]:
     return SETUPS.get(label, (PROFILE, SLO_TTFT_S))
 
 
-def scenario_config(label: str, seed: int = SEED) -> CompareConfig:
+def scenario_config(
+    label: str, seed: int = SEED, window_s: float = DEFAULT_WINDOW_S
+) -> CompareConfig:
     profile, slo = setup(label)
     return CompareConfig(
-        cluster=ClusterConfig(profile=get_profile(profile)), slo_ttft_s=slo, seed=seed
+        cluster=ClusterConfig(profile=get_profile(profile)),
+        slo_ttft_s=slo,
+        seed=seed,
+        window_s=window_s,
     )
 
 
@@ -162,14 +168,7 @@ def run_scenario(
     trace: Trace, names: Sequence[str], cfg: CompareConfig, pool: ProcessPoolExecutor
 ) -> tuple[list[dict[str, Any]], int]:
     static_n = cfg.static_replicas or size_static(trace, cfg)
-    fixed = CompareConfig(
-        cluster=cfg.cluster,
-        slo_ttft_s=cfg.slo_ttft_s,
-        slo_goal=cfg.slo_goal,
-        seed=cfg.seed,
-        static_replicas=static_n,
-        forecaster=cfg.forecaster,
-    )
+    fixed = replace(cfg, static_replicas=static_n)
     summaries = list(pool.map(run_one, [(trace, n, fixed) for n in names]))
     return summaries, static_n
 
@@ -253,6 +252,14 @@ def main() -> int:
         help="seed of the traces' scaling/synthesis and of the simulator (a held-out check: "
         "write it to another --out)",
     )
+    ap.add_argument(
+        "--window-s",
+        type=float,
+        default=DEFAULT_WINDOW_S,
+        help="rate/quantile window of the ours rows (default: the product's pod-scrape "
+        f"DEFAULT_WINDOW_S, {DEFAULT_WINDOW_S:g} s); another value measures a change of "
+        "that default side by side",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "policies.json")
     args = ap.parse_args()
     cluster = ClusterConfig(profile=get_profile(PROFILE))
@@ -260,12 +267,14 @@ def main() -> int:
     doc: dict[str, Any] = {
         "command": "python benchmarks/bench_policies.py"
         + (" --quick" if args.quick else "")
-        + ("" if args.seed == SEED else f" --seed {args.seed}"),
+        + ("" if args.seed == SEED else f" --seed {args.seed}")
+        + ("" if args.window_s == DEFAULT_WINDOW_S else f" --window-s {args.window_s:g}"),
         "machine": f"{platform.machine()} {platform.python_implementation()} "
         f"{platform.python_version()}, {args.jobs} worker processes",
         "profile": PROFILE,
         "slo_ttft_s": SLO_TTFT_S,
         "seed": args.seed,
+        "ours_window_s": args.window_s,
         "price_per_gpu_hour": cluster.price_per_gpu_hour,
         "cold_start": "default (warm node ~57 s median; new node adds provisioning + pull)",
         "scenarios": {},
@@ -285,7 +294,7 @@ def main() -> int:
             if only and label not in only:
                 continue
             t0 = time.perf_counter()
-            scfg = scenario_config(label, args.seed)
+            scfg = scenario_config(label, args.seed, args.window_s)
             sizing = static_sizing(trace, scfg)
             summaries, static_n = run_scenario(
                 trace, POLICY_NAMES, replace(scfg, static_replicas=sizing.replicas), pool

@@ -14,7 +14,7 @@ Anything that cannot be computed (one scrape only, no observation in the window,
 reporting the metric) is absent from the result, never 0.
 
 A window does not keep every scrape: rates and increases are measured from the oldest
-kept row, which is at most ``window_s / WINDOW_POINTS`` (5 s at 60 s) later than the
+kept row, which is at most ``window_s / WINDOW_POINTS`` (2.5 s at 30 s) later than the
 oldest scrape inside the window, to the newest scrape (exact). A family that appears
 (or reappears) is measured from its first sight; one that disappears is forgotten; a
 histogram whose bounds change restarted (every bucket's count is an increase, new
@@ -40,9 +40,13 @@ from autoscaler.domain import FRACTION_SIGNALS
 from autoscaler.metrics.engines import EngineSnapshot
 from autoscaler.metrics.exposition import HistogramData
 
-DEFAULT_WINDOW_S = 60.0
+# The pod-scrape window of rates and quantiles. 30 s, not PromQL's usual 1m: at a 1 s
+# scrape it still holds ~30 scrapes, and it reacts to a burst twice as soon; measured side
+# by side with 60 s in the simulator (docs/metrics.md, "Window"), which reads this same
+# constant for its `ours` rows. Prometheus mode keeps `[1m]` (15 s scrapes need >= 4x).
+DEFAULT_WINDOW_S = 30.0
 # A pod's window keeps about this many rows, so its start is at most window_s / 12 late
-# (5 s at 60 s); every scrape is still counted, only intermediate rows are dropped.
+# (2.5 s at 30 s); every scrape is still counted, only intermediate rows are dropped.
 WINDOW_POINTS = 12
 QUANTILES: tuple[tuple[str, str, float], ...] = (
     ("ttft_p50_s", "ttft", 0.50),

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from autoscaler.errors import ConfigError
+from autoscaler.metrics.signals import DEFAULT_WINDOW_S
 from autoscaler.sim.cluster import ClusterConfig
 from autoscaler.sim.oracle import (
     cold_start_frontier,
@@ -58,6 +59,9 @@ class CompareConfig:
     seed: int = 0
     static_replicas: int | None = None  # skip the sizing search
     forecaster: Forecaster | None = None
+    # the ours rows' rate/quantile window: the product's pod-scrape default; another value
+    # only to measure a change of that default side by side (bench_policies --window-s)
+    window_s: float = DEFAULT_WINDOW_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,14 +199,15 @@ def build_policy(name: str, static_n: int, initial: int, cfg: CompareConfig) -> 
     if name == "aibrix-apa":
         return AibrixApa(initial)
     slo = cfg.slo_ttft_s  # the planner learns capacity against the SLO under test
+    win = cfg.window_s
     if name == "ours":
-        return ours(initial, cfg.forecaster, slo_ttft_s=slo)
+        return ours(initial, cfg.forecaster, slo_ttft_s=slo, window_s=win)
     if name == "ours-capacity":
-        return ours(initial, cfg.forecaster, ours_capacity_policy(), slo, name)
+        return ours(initial, cfg.forecaster, ours_capacity_policy(), slo, name, win)
     if name == "ours-lean":
-        return ours(initial, cfg.forecaster, ours_lean_policy(), slo, name)
+        return ours(initial, cfg.forecaster, ours_lean_policy(), slo, name, win)
     if name == "ours-cost":
-        return ours(initial, cfg.forecaster, ours_cost_policy(), slo, name)
+        return ours(initial, cfg.forecaster, ours_cost_policy(), slo, name, win)
     raise ConfigError(
         f"--policy: value {name!r} must be 'all', 'oracle' or one of {', '.join(POLICY_NAMES)}"
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from autoscaler.domain import Decision, DecisionState, Forecast, Observation, TimedValue
 from autoscaler.errors import ConfigError
 from autoscaler.forecast.planner import Planner, PlannerConfig
+from autoscaler.metrics.signals import DEFAULT_WINDOW_S
 from autoscaler.policy.profiles import RECOMMENDED_SCALE_DOWN_WINDOW_S, cost_first, recommended
 from autoscaler.policy.schema import (
     Behavior,
@@ -346,12 +347,16 @@ def ours(
     policy: Policy | None = None,
     slo_ttft_s: float = 0.5,
     name: str = "ours",
+    window_s: float = DEFAULT_WINDOW_S,
 ) -> Ours:
     """The project's defaults: 1 s pod scrape and poll, default metrics, prediction on
-    (the planner when no ``forecaster`` hook is given)."""
+    (the planner when no ``forecaster`` hook is given). Rates and quantiles are read over
+    the product's pod-scrape window (`autoscaler.metrics.signals.DEFAULT_WINDOW_S`, what
+    `ScrapeConfig` uses), so the simulator's ``ours`` sees what the controller sees;
+    ``window_s`` is only for measuring another default side by side."""
     return Ours(
         policy or ours_policy(),
-        ScrapeModel(interval_s=1, lag_s=0, window_s=30),
+        ScrapeModel(interval_s=1, lag_s=0, window_s=window_s),
         initial_replicas,
         forecaster,
         slo_ttft_s,

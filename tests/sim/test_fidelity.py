@@ -13,12 +13,14 @@ from autoscaler.cli import main
 from autoscaler.domain import DecisionState, Observation
 from autoscaler.emulator.clock import EmuClock
 from autoscaler.emulator.engine import EmulatedEngine, RequestRejected
+from autoscaler.metrics.pod_scrape import ScrapeConfig
+from autoscaler.metrics.signals import DEFAULT_WINDOW_S
 from autoscaler.policy.core import decide
 from autoscaler.policy.schema import Policy
 from autoscaler.sim.cluster import ClusterConfig
 from autoscaler.sim.compare import CompareConfig, build_policy, static_sizing
 from autoscaler.sim.oracle import window_misses
-from autoscaler.sim.policies import Ours, StaticPeak, ours_policy
+from autoscaler.sim.policies import POLICY_NAMES, Ours, StaticPeak, ours, ours_policy
 from autoscaler.sim.replica import PROFILES, Replica
 from autoscaler.sim.simulator import simulate
 from autoscaler.sim.traces import from_arrays, long_context_chat, poisson_trace
@@ -202,3 +204,29 @@ def test_long_context_chat_matches_the_issue_description_and_is_seeded() -> None
         again.arrival_s, trace.arrival_s
     )
     assert not np.array_equal(long_context_chat(seed=1).prompt_tokens[:100], p[:100])
+
+
+def test_simulated_ours_rows_read_the_product_pod_scrape_window() -> None:
+    # One source of truth: every ours row sees rates and quantiles over the window the
+    # controller's pod scrape uses; a change of either default must move both.
+    product = ScrapeConfig().window_s
+    assert product == DEFAULT_WINDOW_S
+    cfg = CompareConfig(cluster=ClusterConfig(profile=H100))
+    assert cfg.window_s == product
+    for name in POLICY_NAMES:
+        if name.startswith("ours"):
+            autoscaler = build_policy(name, 4, 2, cfg)
+            assert isinstance(autoscaler, Ours)
+            assert autoscaler.scrape.window_s == product, name
+    assert ours(2).scrape.window_s == product
+
+
+def test_a_measured_window_reaches_every_ours_row_and_no_baseline() -> None:
+    cfg = CompareConfig(cluster=ClusterConfig(profile=H100), window_s=45.0)
+    for name in POLICY_NAMES:
+        autoscaler = build_policy(name, 4, 2, cfg)
+        scrape = getattr(autoscaler, "scrape", None)
+        if name.startswith("ours"):
+            assert scrape is not None and scrape.window_s == 45.0, name
+        elif scrape is not None:
+            assert scrape.window_s != 45.0, name

@@ -548,7 +548,9 @@ def run_controller(
     if code is not None:
         env["PYTHONPATH"] = str(code)
     probe = [sys.executable, "-c", "import autoscaler; print(autoscaler.__file__)"]
-    imported = subprocess.run(probe, env=env, capture_output=True, text=True, check=True)
+    imported = subprocess.run(
+        probe, env=env, capture_output=True, text=True, check=True, cwd=world.tmp
+    )
     expected = (code or ROOT) / "autoscaler" / "__init__.py"
     if Path(imported.stdout.strip()) != expected:
         raise RuntimeError(f"the controller would import {imported.stdout.strip()}")
@@ -665,6 +667,43 @@ def run_controller(
     }
 
 
+def time_queries(world: World, reps: int = 3) -> dict[str, dict[str, float]]:
+    """Each grouped query the controller sends, for all N targets, alone (no controller
+    running): best wall time of ``reps`` and Prometheus' CPU per query (its /proc)."""
+    from autoscaler.metrics.prometheus import VLLM_QUERIES, WorkloadPods, render_grouped
+
+    assert world.prom is not None
+    targets = [WorkloadPods(NAMESPACE, f"m{t:04d}") for t in range(world.targets)]
+    out: dict[str, dict[str, float]] = {}
+    for name, template in VLLM_QUERIES.items():
+        body = urllib.parse.urlencode({"query": render_grouped(template, targets)}).encode()
+        walls, size = [], 0
+        c0 = proc_cpu_s(world.prom.pid)
+        for _ in range(reps):
+            t = time.perf_counter()
+            with urllib.request.urlopen(f"{world.prom_url}/api/v1/query", body, 120) as r:
+                size = len(r.read())
+            walls.append(time.perf_counter() - t)
+        cpu = (proc_cpu_s(world.prom.pid) - c0) / reps
+        out[name] = {
+            "wall_ms": round(1000 * min(walls), 1),
+            "prometheus_cpu_ms": round(1000 * cpu, 1),
+            "answer_kb": round(size / 1000, 1),
+        }
+    return out
+
+
+def query_table(n: int, costs: dict[str, dict[str, float]]) -> str:
+    text = (
+        f"N={n}: each grouped query alone\n\n| signal | wall ms | Prometheus CPU ms | answer kB |\n"
+    )
+    text += "|---|---|---|---|\n"
+    for name, c in costs.items():
+        text += f"| {name} | {c['wall_ms']} | {c['prometheus_cpu_ms']} | {c['answer_kb']} |\n"
+    cpu = sum(c["prometheus_cpu_ms"] for c in costs.values())
+    return text + f"| all 12 (one tick) | | {round(cpu, 1)} | |\n"
+
+
 COLUMNS = (
     ("targets", "targets"),
     ("variant", "variant"),
@@ -720,6 +759,12 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, help="a git revision to measure beside")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each side (--baseline)")
     parser.add_argument("--profile", default=None, help="run the controller under cProfile")
+    parser.add_argument(
+        "--time-queries",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="after the runs, time each grouped query alone on the real Prometheus",
+    )
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -743,12 +788,19 @@ def main() -> None:
             work.mkdir()
             with World(n, args, work) as world:
                 plan = [(base, rev), (None, head)] * args.rounds if base else [(None, head)]
+                for_n = []
                 for code, label in plan:
                     assert label is not None
                     row = run_controller(world, code, label, args)
                     row["command"] = command
-                    rows.append(row)
+                    for_n.append(row)
                     print(table([row]), flush=True)
+                if args.prometheus == "real" and args.time_queries:
+                    costs = time_queries(world)
+                    print(query_table(n, costs), flush=True)
+                    for row in for_n:
+                        row["prometheus_query_costs"] = costs
+                rows += for_n
     if args.baseline:
         compare(rows, str(rev), head, command, args)
         return

@@ -167,11 +167,22 @@ def _value(signal: str, doc: Any) -> _Answer:
     return _Answer(signal, None if math.isnan(values[0]) else values[0])
 
 
-def _grouped_values(
-    signal: str, doc: Any, all_keys: Sequence[str], keys: Mapping[tuple[str, str], list[str]]
-) -> dict[str, _Answer]:
+@dataclass(slots=True)
+class _Grouped:
+    """One grouped query's answer split per target key: ``values`` holds the targets with
+    a number (no series, or NaN: missing data, so absent); ``error`` fails every target
+    (the query failed or its answer was malformed); ``key_errors`` names targets with
+    several series. Plain dicts of floats: no object per target per signal per tick."""
+
+    signal: str
+    values: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    key_errors: dict[str, str] | None = None
+
+
+def _grouped_values(signal: str, doc: Any, keys: Mapping[tuple[str, str], list[str]]) -> _Grouped:
     """Demultiplex a grouped answer to target keys: one series per (namespace,
-    llm_target); a target without a series is missing data (an answer with no value)."""
+    llm_target); a target without a series is missing data (no value, no error)."""
     data = doc.get("data") if isinstance(doc, dict) else None
     result = data.get("result") if isinstance(data, dict) else None
     if (
@@ -179,27 +190,32 @@ def _grouped_values(
         or data.get("resultType") != "vector"
         or not isinstance(result, list)
     ):
-        err = f"{signal}: unexpected answer {doc!r:.120}"
-        return dict.fromkeys(all_keys, _Answer(signal, error=err))
-    missing = _Answer(signal)
-    out = dict.fromkeys(all_keys, missing)
+        return _Grouped(signal, error=f"{signal}: unexpected answer {doc!r:.120}")
+    values: dict[str, float] = {}
+    seen: set[tuple[str, str]] = set()
+    duplicates: dict[str, str] | None = None
     for series in result:
         try:
             labels = series["metric"]
             group = (labels.get("namespace", ""), labels.get(TARGET_LABEL, ""))
             value = float(series["value"][1])
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-            err = f"{signal}: unexpected series {series!r:.120}"
-            return dict.fromkeys(all_keys, _Answer(signal, error=err))
+            return _Grouped(signal, error=f"{signal}: unexpected series {series!r:.120}")
         targets = keys.get(group)
         if targets is None:  # pods of a workload no target reads (same name, other ns)
             continue
-        answer = _Answer(signal, None if math.isnan(value) else value)
-        if out[targets[0]] is not missing:
-            answer = _Answer(signal, error=f"{signal}: several series for {group}")
-        for k in targets:
-            out[k] = answer
-    return out
+        if group in seen:
+            if duplicates is None:
+                duplicates = {}
+            for k in targets:
+                values.pop(k, None)
+                duplicates[k] = f"{signal}: several series for {group}"
+            continue
+        seen.add(group)
+        if value == value:  # NaN is missing data
+            for k in targets:
+                values[k] = value
+    return _Grouped(signal, values, key_errors=duplicates)
 
 
 @dataclass(slots=True)
@@ -211,7 +227,19 @@ class _Batch:
     targets: dict[str, WorkloadPods]
     consumed: set[str] = field(default_factory=set)
     open: bool = True
-    task: asyncio.Task[dict[str, dict[str, _Answer]]] | None = None
+    task: asyncio.Task[list[_Grouped]] | None = None
+
+
+@dataclass(slots=True)
+class _Rendered:
+    """A batch's target set and what depends on it only: each grouped query's form
+    field, urlencoded, and (namespace, workload) -> target keys. Kept while the next
+    tick's batch has the same targets (the steady state), so a tick does not re-render,
+    re-sort and re-quote 12 queries naming every workload."""
+
+    targets: list[tuple[str, WorkloadPods]]  # (key, workload), in batch order
+    queries: dict[str, bytes]
+    keys: dict[tuple[str, str], list[str]]
 
 
 class PrometheusSource:
@@ -246,6 +274,7 @@ class PrometheusSource:
         self.url = url
         self.queries = dict(queries)
         self._grouped = {s: q for s, q in self.queries.items() if groupable(q)}
+        self._singles = {s: q for s, q in self.queries.items() if s not in self._grouped}
         self._selector = selectors if callable(selectors) else selectors.__getitem__
         self._endpoint = yarl.URL(url.rstrip("/") + "/api/v1/query")
         self._timeout_s = timeout_s
@@ -260,6 +289,7 @@ class PrometheusSource:
         self._session: aiohttp.ClientSession | None = None
         self._known: dict[str, WorkloadPods] = {}  # keys read as WorkloadPods
         self._batch: _Batch | None = None
+        self._rendered: _Rendered | None = None
         self.queries_sent = 0  # PromQL queries posted (tests and benchmarks count them)
 
     def _client(self) -> aiohttp.ClientSession:
@@ -272,14 +302,20 @@ class PrometheusSource:
             )
         return self._session
 
-    async def _post(self, promql: str, limit: int) -> Any:
+    def _body(self, query: bytes) -> bytes:
+        """The form for one query (``query`` urlencoded, as `_form_body` encodes it)."""
+        body = b"query=" + query + b"&timeout=" + f"{int(self._timeout_s * 1000)}ms".encode()
+        if self._eval_time is not None:
+            body += b"&time=" + f"{self._eval_time():.3f}".encode()
+        return body
+
+    async def _post(self, promql: str | bytes, limit: int) -> Any:
+        """``promql`` as text, or already urlencoded (bytes: a cached grouped query)."""
         session = self._client()
         assert self._semaphore is not None
         self.queries_sent += 1
-        form = {"query": promql, "timeout": f"{int(self._timeout_s * 1000)}ms"}
-        if self._eval_time is not None:
-            form["time"] = f"{self._eval_time():.3f}"
-        request = _form_body(form)
+        query = promql if isinstance(promql, bytes) else _quote(promql).encode()
+        request = self._body(query)
         async with (
             self._semaphore,
             session.post(self._endpoint, data=request, headers=_FORM) as resp,
@@ -302,7 +338,7 @@ class PrometheusSource:
                 raise AutoscalerError(f"HTTP {resp.status}: {detail!r:.200}")
             return doc
 
-    async def _fetch(self, signal: str, promql: str, limit: int) -> Any:
+    async def _fetch(self, signal: str, promql: str | bytes, limit: int) -> Any:
         """The answer document, or an error message (str)."""
         try:
             return await self._post(promql, limit)
@@ -316,42 +352,48 @@ class PrometheusSource:
         return _Answer(signal, error=doc) if isinstance(doc, str) else _value(signal, doc)
 
     async def _group(
-        self,
-        signal: str,
-        template: str,
-        targets: Mapping[str, WorkloadPods],
-        keys: Mapping[tuple[str, str], list[str]],
-    ) -> dict[str, _Answer]:
-        promql = render_grouped(template, list(targets.values()))
-        limit = self._max_answer_bytes + self._grouped_bytes_per_target * len(targets)
-        doc = await self._fetch(signal, promql, limit)
-        all_keys = list(targets)
+        self, signal: str, query: bytes, n_targets: int, keys: Mapping[tuple[str, str], list[str]]
+    ) -> _Grouped:
+        limit = self._max_answer_bytes + self._grouped_bytes_per_target * n_targets
+        doc = await self._fetch(signal, query, limit)
         if isinstance(doc, str):  # a failed grouped query: unread for every target in it
-            return dict.fromkeys(all_keys, _Answer(signal, error=doc))
-        return _grouped_values(signal, doc, all_keys, keys)
+            return _Grouped(signal, error=doc)
+        return _grouped_values(signal, doc, keys)
 
-    async def _fetch_batch(self, batch: _Batch) -> dict[str, dict[str, _Answer]]:
-        await asyncio.sleep(0)  # one loop turn: the tick's other reads join the batch
-        batch.open = False
-        targets = batch.targets
+    def _render(self, targets: dict[str, WorkloadPods]) -> _Rendered:
+        """The batch's queries, re-rendered only when its target set changed."""
+        items = list(targets.items())
+        cached = self._rendered
+        if cached is not None and cached.targets == items:
+            return cached
+        workloads = [t for _, t in items]
         keys: dict[tuple[str, str], list[str]] = {}  # (namespace, workload) -> target keys
         for key, t in targets.items():
             keys.setdefault((t.namespace, t.name), []).append(key)
-        per_signal = await asyncio.gather(
-            *(self._group(sig, tpl, targets, keys) for sig, tpl in self._grouped.items())
+        queries = {
+            sig: _quote(render_grouped(tpl, workloads)).encode()
+            for sig, tpl in self._grouped.items()
+        }
+        self._rendered = _Rendered(items, queries, keys)
+        return self._rendered
+
+    async def _fetch_batch(self, batch: _Batch) -> list[_Grouped]:
+        await asyncio.sleep(0)  # one loop turn: the tick's other reads join the batch
+        batch.open = False
+        rendered = self._render(batch.targets)
+        n = len(batch.targets)
+        return list(
+            await asyncio.gather(
+                *(self._group(sig, q, n, rendered.keys) for sig, q in rendered.queries.items())
+            )
         )
-        out: dict[str, dict[str, _Answer]] = {k: {} for k in targets}
-        for answers in per_signal:
-            for key, answer in answers.items():
-                out[key][answer.signal] = answer
-        return out
 
     def _start_batch(self, now: float, targets: dict[str, WorkloadPods]) -> _Batch:
         batch = _Batch(now, targets)
         batch.task = asyncio.ensure_future(self._fetch_batch(batch))
         return batch
 
-    async def _batched(self, key: str, target: WorkloadPods, now: float) -> list[_Answer]:
+    async def _batched(self, key: str, target: WorkloadPods, now: float) -> list[_Grouped]:
         """This tick's grouped answers for ``key`` (see the class docstring)."""
         self._known[key] = target
         b = self._batch
@@ -373,8 +415,7 @@ class PrometheusSource:
         batch.consumed.add(key)
         assert batch.task is not None
         # shield: one reader cancelled (its reconcile) must not cancel the others' fetch
-        answers = await asyncio.shield(batch.task)
-        return list(answers[key].values())
+        return await asyncio.shield(batch.task)
 
     def _selector_or_none(self, key: str) -> str | WorkloadPods | None:
         try:
@@ -385,19 +426,21 @@ class PrometheusSource:
     async def read(self, key: str, pods: Sequence[PodEndpoint], now: float) -> TargetReading:
         target = self._selector(key)
         if isinstance(target, WorkloadPods) and self._grouped:
-            singles = {s: q for s, q in self.queries.items() if s not in self._grouped}
-            batched = [self._batched(key, target, now)]
+            singles, batched = self._singles, [self._batched(key, target, now)]
         else:
             singles, batched = self.queries, []
-        selector = target.selector() if isinstance(target, WorkloadPods) else target
-        one = [self._one(sig, render(tpl, selector)) for sig, tpl in singles.items()]
+        one = []
+        if singles:
+            selector = target.selector() if isinstance(target, WorkloadPods) else target
+            one = [self._one(sig, render(tpl, selector)) for sig, tpl in singles.items()]
         if not one and batched:  # the default queries: no task per read
-            return _reading(now, pods, await batched[0])
+            return _reading(now, pods, [], key, await batched[0])
         parts = await asyncio.gather(self._answers(one), *batched)
-        return _reading(now, pods, [a for part in parts for a in part])
+        grouped: list[_Grouped] = parts[1] if batched else []
+        return _reading(now, pods, parts[0], key, grouped)
 
     @staticmethod
-    async def _answers(calls: list[Coroutine[Any, Any, _Answer]]) -> list[_Answer]:
+    async def _answers(calls: list[Coroutine[Any, Any, _Answer]]) -> Any:
         return list(await asyncio.gather(*calls))
 
     def forget(self, key: str) -> None:
@@ -413,10 +456,28 @@ class PrometheusSource:
             self._session = None
 
 
-def _reading(now: float, pods: Sequence[PodEndpoint], results: list[_Answer]) -> TargetReading:
-    signals, bad = split_valid({a.signal: a.value for a in results if a.value is not None})
+def _reading(
+    now: float,
+    pods: Sequence[PodEndpoint],
+    results: list[_Answer],
+    key: str = "",
+    grouped: Sequence[_Grouped] = (),
+) -> TargetReading:
+    """One target's reading from its own queries' answers (``results``) and its share of
+    the batch's grouped answers (``grouped``, looked up by ``key``)."""
+    raw = {a.signal: a.value for a in results if a.value is not None}
     errors = [a.error for a in results if a.error is not None]
-    answered = len(errors) < len(results)
+    for g in grouped:
+        if g.error is not None:
+            errors.append(g.error)
+            continue
+        value = g.values.get(key)
+        if value is not None:
+            raw[g.signal] = value
+        elif g.key_errors is not None and key in g.key_errors:
+            errors.append(g.key_errors[key])
+    answered = len(errors) < len(results) + len(grouped)
+    signals, bad = split_valid(raw)
     rejected: dict[str, int] = {}
     for v in bad:
         errors.append(f"rejected {v}")

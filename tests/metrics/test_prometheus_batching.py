@@ -10,10 +10,13 @@ from collections.abc import AsyncIterator
 import pytest
 
 from autoscaler.metrics.prometheus import (
+    TARGET_LABEL,
     VLLM_QUERIES,
     PrometheusSource,
     WorkloadPods,
     _form_body,
+    _grouped_values,
+    _reading,
 )
 from autoscaler.metrics.source import PodEndpoint, TargetReading
 from tests.support.fake_prometheus import WAITING, FakePrometheus, serve_fake_prometheus
@@ -135,3 +138,55 @@ def test_query_form_is_encoded_as_urllib_does(query: str) -> None:
     form = {"query": query, "timeout": "5000ms"}
     expected = urllib.parse.urlencode(form, quote_via=urllib.parse.quote)
     assert _form_body(form) == expected.encode()
+
+
+async def test_target_pointed_at_another_workload_is_queried_by_its_new_name(
+    prom: FakePrometheus,
+) -> None:
+    targets: dict[str, WorkloadPods] = _targets("a", "b")
+    source = PrometheusSource(prom.url, targets)
+    first = await _tick(source, ["ns/a", "ns/b"], now=0.0)
+    assert [r.signals["waiting"] for r in first] == [0.3, 0.5]
+    targets["ns/b"] = WorkloadPods("ns", "c")  # same key, its scaleTargetRef edited
+    a, b = await _tick(source, ["ns/a", "ns/b"], now=1.0)
+    assert all('pod=~"(a|c)-' in q for q in prom.queries[-len(VLLM_QUERIES) :])
+    assert a.signals["waiting"] == 0.3 and b.signals["waiting"] == 0.7
+    await source.close()
+
+
+def _answer(*series: tuple[str, str]) -> dict[str, object]:
+    result = [
+        {"metric": {"namespace": "ns", TARGET_LABEL: name}, "value": [1.0, value]}
+        for name, value in series
+    ]
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+KEYS = {("ns", "a"): ["ns/a"], ("ns", "b"): ["ns/b", "ns/b-again"]}
+
+
+def test_grouped_answer_splits_per_target_and_nan_or_no_series_is_missing_not_zero() -> None:
+    got = _grouped_values("waiting", _answer(("a", "NaN"), ("b", "2"), ("other", "9")), KEYS)
+    assert got.error is None and got.key_errors is None
+    assert got.values == {"ns/b": 2.0, "ns/b-again": 2.0}  # a: NaN, other: no target
+    empty = _grouped_values("waiting", _answer(), KEYS)
+    assert empty.values == {} and empty.error is None
+
+
+def test_several_series_for_one_target_make_that_target_an_error_only() -> None:
+    got = _grouped_values("waiting", _answer(("b", "1"), ("a", "3"), ("b", "2")), KEYS)
+    assert got.values == {"ns/a": 3.0}
+    assert got.key_errors is not None
+    assert set(got.key_errors) == {"ns/b", "ns/b-again"}
+    assert "several series for ('ns', 'b')" in got.key_errors["ns/b"]
+    reading = _reading(0.0, PODS, [], "ns/b", [got])
+    assert reading.signals == {} and reading.errors == (got.key_errors["ns/b"],)
+
+
+def test_malformed_grouped_answer_is_an_error_for_every_target() -> None:
+    bad_series = {"status": "success", "data": {"resultType": "vector", "result": [{"x": 1}]}}
+    for doc in (bad_series, {"status": "success", "data": {"resultType": "matrix"}}, []):
+        got = _grouped_values("waiting", doc, KEYS)
+        assert got.values == {} and got.error is not None and got.error.startswith("waiting: ")
+        reading = _reading(0.0, PODS, [], "ns/a", [got])
+        assert reading.pods_read == 0 and reading.errors == (got.error,)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, pairwise
 
@@ -97,6 +97,16 @@ def signal_violation(name: str, value: float) -> Violation | None:
     return _violation(name, value, name in FRACTION_SIGNALS)
 
 
+_VALID_BOUNDS: dict[int, tuple[float, ...]] = {}  # bounds tuples found valid, by identity
+
+
+def _numbers_valid(values: Collection[float]) -> bool:
+    """Whether every value is finite and >= 0, in C loops (a finite sum means no NaN or
+    infinity; then ``min`` is meaningful). False may also mean "look closer" (a sum
+    that overflows)."""
+    return not values or (math.isfinite(sum(values)) and min(values) >= 0)
+
+
 def _histogram_valid(hist: HistogramData) -> bool:
     """Whether every number of ``hist`` is in range, in C loops (no Python code per bucket).
 
@@ -106,8 +116,12 @@ def _histogram_valid(hist: HistogramData) -> bool:
     bounds, counts = hist.bounds, hist.counts
     if not bounds or len(bounds) != len(counts):
         return False
-    if not (min(bounds) >= 0 and not any(map(math.isnan, bounds))):
-        return False
+    if _VALID_BOUNDS.get(id(bounds)) is not bounds:  # a layout's bounds: checked once
+        if not (min(bounds) >= 0 and not any(map(math.isnan, bounds))):
+            return False
+        if len(_VALID_BOUNDS) >= 256:
+            _VALID_BOUNDS.clear()
+        _VALID_BOUNDS[id(bounds)] = bounds  # held: the id is not reused while here
     if not (math.isfinite(sum(counts)) and min(counts) >= 0):
         return False
     for value in (hist.count, hist.sum):
@@ -139,12 +153,18 @@ def snapshot_violation(snapshot: EngineSnapshot) -> Violation | None:
     Gauges are counts (>= 0) or usage fractions (within [0, 1]); counters and bucket
     counts are >= 0; every value is finite.
     """
-    for key, value in snapshot.gauges.items():
-        if (v := _violation(key, value, key in _SNAPSHOT_FRACTIONS)) is not None:
-            return v
-    for key, value in snapshot.counters.items():
-        if (v := _violation(key, value, fraction=False)) is not None:
-            return v
+    gauges, counters = snapshot.gauges, snapshot.counters
+    if not (  # the common case, in C loops; else the first violation, in order
+        _numbers_valid(gauges.values())
+        and _numbers_valid(counters.values())
+        and all(gauges[k] <= 1 for k in _SNAPSHOT_FRACTIONS if k in gauges)
+    ):
+        for key, value in gauges.items():
+            if (v := _violation(key, value, key in _SNAPSHOT_FRACTIONS)) is not None:
+                return v
+        for key, value in counters.items():
+            if (v := _violation(key, value, fraction=False)) is not None:
+                return v
     for key, hist in snapshot.histograms.items():
         if (v := _histogram_violation(key, hist)) is not None:
             return v

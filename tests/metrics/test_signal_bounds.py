@@ -125,3 +125,36 @@ def test_histogram_check_names_the_same_first_violation_as_a_per_bucket_check(
 def test_a_histogram_whose_counts_overflow_when_summed_is_still_valid() -> None:
     hist = HistogramData((0.1, 1.0, INF), (1e308, 1e308, 1e308), 1e308, 1.0)
     assert snapshot_violation(EngineSnapshot("vllm", histograms={"ttft": hist})) is None
+
+
+def _scalar_violation_per_value(snap: EngineSnapshot) -> str | None:
+    """The gauge and counter check as it was written before its C-loop fast path."""
+    for key, value in (*snap.gauges.items(), *snap.counters.items()):
+        if not math.isfinite(value):
+            return str(Violation(key, value, "not-finite"))
+        if value < 0:
+            return str(Violation(key, value, "negative"))
+        if key == "kv_cache_usage" and key in snap.gauges and value > 1:
+            return str(Violation(key, value, "above-one"))
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(["waiting", "running", "kv_cache_usage"]), _NUMBERS),
+    st.dictionaries(st.sampled_from(["requests", "prompt_tokens", "preemptions"]), _NUMBERS),
+)
+def test_gauge_and_counter_check_names_the_same_first_violation_as_a_per_value_check(
+    gauges: dict[str, float], counters: dict[str, float]
+) -> None:
+    snap = EngineSnapshot("vllm", gauges, counters)
+    got = snapshot_violation(snap)
+    assert (None if got is None else str(got)) == _scalar_violation_per_value(snap)
+
+
+def test_counters_that_overflow_when_summed_are_still_valid_and_a_later_histogram_checked() -> None:
+    bad = HistogramData((0.1, INF), (1.0, -2.0))
+    big = {"waiting": 1e308, "running": 1e308}  # sums to +Inf: the per-value loop decides
+    snap = EngineSnapshot("vllm", big, {"requests": 1e308, "preemptions": 1e308}, {"ttft": bad})
+    v = snapshot_violation(snap)
+    assert v is not None and v.name == "ttft_bucket{le=inf}"

@@ -6,7 +6,9 @@ JSON Schema from pydantic is converted to a Kubernetes *structural* schema:
 ``$ref`` inlined, ``anyOf: [X, null]`` -> ``X`` + ``nullable``, numeric
 ``exclusiveMinimum: n`` -> ``minimum: n`` + ``exclusiveMinimum: true`` (OpenAPI v3.0),
 ``additionalProperties: false`` dropped (structural schemas prune unknown fields instead;
-``kubectl apply`` rejects them with strict field validation), titles dropped.
+``kubectl apply`` rejects them with strict field validation), titles dropped. The policy
+fields carry no ``default``: an unset field takes the value of the ``profile`` the object
+selects (an enum of `autoscaler.policy.profiles.PROFILES`), which the controller merges.
 Cross-field rules (min <= max, ...) are in `load_policy` and, as CEL
 ``x-kubernetes-validations`` (`CEL_RULES`), in the CRD: an API server that evaluates them
 (1.25+, or 1.24 with the CustomResourceValidationExpressions feature gate) rejects such an
@@ -30,6 +32,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from autoscaler.domain import FRACTION_SIGNALS  # noqa: E402
+from autoscaler.policy.document import (  # noqa: E402
+    DEFAULT_PROFILE,
+    PROFILE_FIELD,
+    profile_names,
+)
 from autoscaler.policy.schema import Policy  # noqa: E402
 
 GROUP = "autoscaling.llmscaler.io"
@@ -111,10 +118,35 @@ def to_structural(node: dict[str, Any], defs: dict[str, Any], path: str = "spec"
     return out
 
 
+def _without_defaults(node: dict[str, Any]) -> dict[str, Any]:
+    """Drop ``default`` from every field reached through ``properties``: an unset policy
+    field takes the selected profile's value (`autoscaler.policy.document`), which the API
+    server cannot know, so it must not fill the schema's. List items keep theirs (a list
+    replaces the profile's whole, so its items' defaults are the schema's)."""
+    out = {k: v for k, v in node.items() if k != "default"}
+    if "properties" in out:
+        out["properties"] = {k: _without_defaults(v) for k, v in out["properties"].items()}
+    return out
+
+
+def _profile_field() -> dict[str, Any]:
+    return {
+        "description": (
+            "The named policy profile (docs/policy.md#workload-classes-profiles); the "
+            f"fields set here override its values. Unset: {DEFAULT_PROFILE}."
+        ),
+        "type": "string",
+        "enum": list(profile_names()),
+    }
+
+
 def policy_spec_schema() -> dict[str, Any]:
-    """The policy part of the spec, straight from `Policy`."""
+    """The policy part of the spec: ``profile`` and every field of `Policy`, without
+    defaults (the profile supplies them)."""
     raw = Policy.model_json_schema(by_alias=True)
-    return to_structural(raw, raw.get("$defs", {}))
+    schema = _without_defaults(to_structural(raw, raw.get("$defs", {})))
+    schema["properties"] = {PROFILE_FIELD: _profile_field(), **schema["properties"]}
+    return schema
 
 
 def _target_fields() -> dict[str, Any]:
@@ -205,20 +237,23 @@ def _status_schema() -> dict[str, Any]:
 
 _FRACTIONS = "[" + ", ".join(f"'{s}'" for s in sorted(FRACTION_SIGNALS)) + "]"
 
-# (rule, message): the cross-field checks of `Policy._consistent`, in CEL. Fields with a
-# default are always present when the rules run (defaulting comes first).
+# (rule, message): the cross-field checks of `Policy._consistent`, in CEL. A policy field
+# may be unset (the profile then supplies it, which CEL cannot see), so each rule checks
+# only what the object sets; the controller validates the merged policy whole.
 CEL_RULES: tuple[tuple[str, str], ...] = (
     (
+        "!has(self.minReplicaCount) || !has(self.maxReplicaCount) || "
         "self.minReplicaCount <= self.maxReplicaCount",
         "minReplicaCount must be <= maxReplicaCount",
     ),
     (
-        "!has(self.idleReplicaCount) || self.idleReplicaCount < "
+        "!has(self.idleReplicaCount) || !has(self.minReplicaCount) || self.idleReplicaCount < "
         "(self.minReplicaCount > 1 ? self.minReplicaCount : 1)",
         "idleReplicaCount must be < minReplicaCount (as in KEDA)",
     ),
     (
-        "!has(self.fallback) || self.fallback.replicas <= self.maxReplicaCount",
+        "!has(self.fallback) || !has(self.maxReplicaCount) || "
+        "self.fallback.replicas <= self.maxReplicaCount",
         "fallback.replicas must be <= maxReplicaCount",
     ),
     (
@@ -235,7 +270,8 @@ CEL_RULES: tuple[tuple[str, str], ...] = (
         "for more than ceil(1 / target) replicas: use type Value",
     ),
     (
-        "!has(self.warmPool) || self.warmPool.minReplicas <= self.warmPool.maxReplicas",
+        "!has(self.warmPool) || !has(self.warmPool.minReplicas) || "
+        "!has(self.warmPool.maxReplicas) || self.warmPool.minReplicas <= self.warmPool.maxReplicas",
         "warmPool.minReplicas must be <= warmPool.maxReplicas",
     ),
 )
@@ -325,7 +361,6 @@ def _column(name: str, type_: str, path: str, priority: int = 0) -> dict[str, An
 
 def _condition(type_: str) -> str:
     return f'.status.conditions[?(@.type=="{type_}")].status'
-
 
 
 class _NoAliasDumper(yaml.SafeDumper):

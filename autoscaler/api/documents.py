@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoscaler.policy.document import DEFAULT_PROFILE, PROFILE_FIELD, profile_names
 from autoscaler.policy.schema import Policy
 
 NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
@@ -53,7 +54,7 @@ class TargetDocument(_Doc):
     metricsPath: str = Field(default="/metrics", pattern=r"^/")
     engine: str = Field(default="auto", min_length=1)
     selector: dict[str, str] | None = None
-    policy: Policy = Field(default_factory=Policy)
+    policy: Policy = Field(default_factory=Policy)  # a document: see _document_profiles
 
 
 class DryRunRequest(_Doc):
@@ -103,7 +104,44 @@ def install_openapi(app: FastAPI) -> None:
             js = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
             components.update(js.pop("$defs", {}))
             components[model.__name__] = js
+        _document_profiles(components)
         app.openapi_schema = schema
         return schema
 
     app.openapi = custom_openapi  # type: ignore[method-assign]
+
+
+# Policy blocks merged field by field over the profile's (autoscaler.policy.document):
+# their schema defaults are not what an unset field gets, so they are not shown.
+_MERGED_BLOCKS = (
+    "Policy",
+    "Behavior",
+    "ScalingRules",
+    "Prediction",
+    "Capacity",
+    "WarmPool",
+    "ColdStartGuard",
+    "Panic",
+    "Fallback",
+)
+
+
+def _document_profiles(components: dict[str, Any]) -> None:
+    """A policy body is a document: ``profile`` plus the fields set over it."""
+    for name in _MERGED_BLOCKS:
+        for prop in components.get(name, {}).get("properties", {}).values():
+            prop.pop("default", None)
+    policy = components["Policy"]
+    policy["description"] = (
+        "A policy document: `profile` (GET /v1/profiles) and the fields set over it. "
+        "Objects merge with the profile's field by field, lists and values replace it, "
+        "null unsets (docs/policy.md#workload-classes-profiles)."
+    )
+    policy["properties"] = {
+        PROFILE_FIELD: {
+            "type": "string",
+            "enum": list(profile_names()),
+            "description": f"unset: {DEFAULT_PROFILE}",
+        },
+        **policy["properties"],
+    }

@@ -27,7 +27,13 @@ from autoscaler.domain import TargetRef
 from autoscaler.errors import ConfigError
 from autoscaler.logging import get_logger
 from autoscaler.mergepatch import merge_patch
-from autoscaler.policy.schema import Policy, load_policy
+from autoscaler.policy.document import (
+    DEFAULT_PROFILE,
+    load_source,
+    profile_document,
+    profile_names,
+)
+from autoscaler.policy.schema import Policy
 from autoscaler.store.base import NotFound, PreconditionFailed, StoredTarget, TargetSpec
 from autoscaler.store.file import target_spec_from_dict, target_spec_to_dict
 
@@ -71,7 +77,13 @@ def _spec_doc(stored: StoredTarget) -> dict[str, Any]:
     if doc is None or doc.get("_spec") is not stored.spec:
         if len(_DOC_CACHE) >= _DOC_CACHE_MAX:
             _DOC_CACHE.clear()
-        doc = {"_spec": stored.spec, "doc": target_spec_to_dict(stored.spec)}
+        doc = {
+            "_spec": stored.spec,
+            "doc": {
+                **target_spec_to_dict(stored.spec),
+                "effectivePolicy": stored.spec.effective_policy(),
+            },
+        }
         _DOC_CACHE[key] = doc
     rendered: dict[str, Any] = doc["doc"]
     return rendered
@@ -89,10 +101,10 @@ def _with_policy(spec: TargetSpec, policy_doc: Any) -> TargetSpec:
     if not isinstance(policy_doc, Mapping):
         raise ConfigError("invalid policy", ["policy: must be a JSON object"])
     try:
-        policy = load_policy(policy_doc)
+        source = load_source(policy_doc)
     except ConfigError as err:
         raise ConfigError("invalid policy", [f"policy.{p}" for p in err.problems]) from None
-    return dataclasses.replace(spec, policy=policy)
+    return dataclasses.replace(spec, policy=source.policy, policy_source=source)
 
 
 def targets_router(ctx: ApiContext) -> APIRouter:
@@ -243,9 +255,35 @@ def targets_router(ctx: ApiContext) -> APIRouter:
         responses=READ,
     )
     async def get_policy(namespace: Namespace, name: Name, response: Response) -> dict[str, Any]:
+        """The policy document as written (``profile`` and the fields set over it): what
+        PUT replaces and PATCH merges into. ``/policy/effective`` shows what it resolves to."""
         stored = await store.get(TargetRef(namespace, name))
         response.headers["ETag"] = _etag(stored.version)
-        return stored.spec.policy.dump()
+        return stored.spec.policy_document()
+
+    @router.get(
+        "/v1/targets/{namespace}/{name}/policy/effective",
+        tags=["policies"],
+        dependencies=can_read,
+        responses=READ,
+    )
+    async def get_effective_policy(
+        namespace: Namespace, name: Name, response: Response
+    ) -> dict[str, Any]:
+        """Read-only: the profile in use and every field of the policy the target runs
+        (the profile's document with the written fields merged over it)."""
+        stored = await store.get(TargetRef(namespace, name))
+        response.headers["ETag"] = _etag(stored.version)
+        return stored.spec.effective_policy()
+
+    @router.get("/v1/profiles", tags=["policies"], dependencies=can_read, responses=READ)
+    async def list_profiles() -> dict[str, Any]:
+        """The profiles a policy document may select with ``profile``, each as its whole
+        policy document, and the one an omitted ``profile`` means."""
+        return {
+            "default": DEFAULT_PROFILE,
+            "items": [{"name": n, "policy": dict(profile_document(n))} for n in profile_names()],
+        }
 
     @router.put(
         "/v1/targets/{namespace}/{name}/policy",
@@ -282,7 +320,7 @@ def targets_router(ctx: ApiContext) -> APIRouter:
         ref = TargetRef(namespace, name)
 
         def build(current: StoredTarget, patch: Any) -> TargetSpec:
-            return _with_policy(current.spec, merge_patch(current.spec.policy.dump(), patch))
+            return _with_policy(current.spec, merge_patch(current.spec.policy_document(), patch))
 
         doc = await _patch(ref, request, response, build, root="policy")
         return dict(doc["policy"])

@@ -23,7 +23,8 @@ from typing import IO, Any
 from autoscaler.domain import DecisionState, Forecast, Observation
 from autoscaler.errors import ConfigError
 from autoscaler.policy.core import decide, initial_state
-from autoscaler.policy.schema import Policy, load_policy
+from autoscaler.policy.document import PROFILE_FIELD, load_policy, profile_names
+from autoscaler.policy.schema import Policy
 from autoscaler.settings import read_config_file
 
 
@@ -35,7 +36,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "through the pure decision core with a policy; prints one JSON decision per line "
         "(reason, message, numbers). No cluster needed.",
     )
-    p.add_argument("--policy", required=True, help="policy file (YAML or JSON)")
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="policy document (YAML or JSON): a profile and the fields set over it "
+        "(docs/policy.md#workload-classes-profiles); default: an empty document, the "
+        "recommended profile",
+    )
+    p.add_argument(
+        "--profile",
+        choices=profile_names(),
+        default=None,
+        help="the profile, for a policy file without one (a file naming another is refused)",
+    )
     p.add_argument("--signals", required=True, help="signals JSONL file ('-' for stdin)")
     p.add_argument(
         "--start-replicas",
@@ -128,13 +141,26 @@ def replay(
         yield decision.to_dict()
 
 
+def _document(path: str | None, profile: str | None) -> dict[str, Any]:
+    doc = read_config_file(path) if path is not None else {}
+    if profile is not None:
+        written = doc.get(PROFILE_FIELD, profile)
+        if written != profile:
+            raise ConfigError(
+                f"--profile: value {profile!r} differs from the policy file's profile "
+                f"{written!r}; give one of them"
+            )
+        doc = {**doc, PROFILE_FIELD: profile}
+    return doc
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         if args.start_replicas is not None and args.start_replicas < 0:
             raise ConfigError(
                 f"--start-replicas: value {args.start_replicas} must be a non-negative integer"
             )
-        policy = load_policy(read_config_file(args.policy))
+        policy = load_policy(_document(args.policy, args.profile))
         stream: IO[str] = sys.stdin if args.signals == "-" else Path(args.signals).open()  # noqa: SIM115
     except (ConfigError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -1,8 +1,10 @@
 """The LLMAutoscaler custom resource <-> `TargetSpec`, and its status block.
 
-Spec = the policy (camelCase, exactly as `Policy.dump()` writes it) plus ``scaleTargetRef``,
-``mode``, ``metricsPort``, ``metricsPath``, ``engine`` and an optional ``selector``
-(``matchLabels``). An invalid object is rejected whole with every problem named.
+Spec = the policy document (camelCase: ``profile`` and the fields set over it,
+`autoscaler.policy.document`) plus ``scaleTargetRef``, ``mode``, ``metricsPort``,
+``metricsPath``, ``engine`` and an optional ``selector`` (``matchLabels``). The document is
+written back as the user wrote it, never the effective policy (a profile's values stay
+the profile's). An invalid object is rejected whole with every problem named.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any, cast
 from autoscaler.domain import Decision, TargetRef
 from autoscaler.errors import ConfigError
 from autoscaler.kube.names import CRD_GROUP, CRD_KIND, CRD_VERSION
-from autoscaler.policy.schema import load_policy
+from autoscaler.policy.document import PolicySource, load_source
 from autoscaler.store.base import Mode, ScaleTargetRef, TargetSpec
 
 API_VERSION = f"{CRD_GROUP}/{CRD_VERSION}"
@@ -25,7 +27,7 @@ _MODES = ("direct", "keda", "advisory")
 
 
 def spec_to_object(spec: TargetSpec) -> dict[str, Any]:
-    body: dict[str, Any] = dict(spec.policy.dump())
+    body: dict[str, Any] = spec.policy_document()
     body["scaleTargetRef"] = {
         "apiVersion": spec.scale_target_ref.api_version,
         "kind": spec.scale_target_ref.kind,
@@ -77,16 +79,16 @@ def object_to_spec(obj: Mapping[str, Any]) -> TargetSpec:
         else:
             labels = {str(k): str(v) for k, v in ml.items()}
     policy_doc = {k: v for k, v in raw.items() if k not in _TARGET_KEYS}
+    source: PolicySource | None = None
     try:
-        policy = load_policy(policy_doc)
+        source = load_source(policy_doc)
     except ConfigError as err:
         problems.extend(f"spec.{p}" for p in err.problems)
-        policy = None
-    if problems or policy is None:
+    if problems or source is None:
         raise ConfigError(f"{CRD_KIND} {ref}", problems)
-    return TargetSpec(
-        ref=ref,
-        policy=policy,
+    return TargetSpec.from_source(
+        ref,
+        source,
         scale_target_ref=ScaleTargetRef(
             kind=kind,
             name=str(str_ref["name"]),

@@ -256,12 +256,22 @@ def _format_errors(err: ValidationError) -> list[str]:
     return out
 
 
-def load_policy(data: Mapping[str, Any]) -> Policy:
-    """Validate a policy document (camelCase or snake_case keys) or raise `ConfigError`."""
+def validate_policy(data: Mapping[str, Any]) -> Policy:
+    """Validate a whole policy (no profile: unset fields take the schema's defaults) or
+    raise `ConfigError`. Documents from users go through `load_policy`."""
     try:
         return Policy.model_validate(dict(data))
     except ValidationError as err:
         raise ConfigError("invalid policy", _format_errors(err)) from None
+
+
+def load_policy(data: Mapping[str, Any]) -> Policy:
+    """Validate a policy document (camelCase or snake_case keys): its ``profile``
+    (default ``recommended``) with the document's fields merged over it
+    (`autoscaler.policy.document`), or raise `ConfigError`."""
+    from autoscaler.policy.document import load_policy as load_document
+
+    return load_document(data)
 
 
 def policy_errors(data: Mapping[str, Any]) -> list[str]:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import builtins
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from autoscaler.domain import TargetRef
 from autoscaler.errors import PermanentError
+from autoscaler.policy.document import DEFAULT_PROFILE, PolicySource, document_of, effective
 from autoscaler.policy.schema import Policy
 
 Mode = Literal["direct", "keda", "advisory"]
@@ -38,6 +39,34 @@ class TargetSpec:
     metrics_path: str = "/metrics"
     engine: str = "auto"
     selector: dict[str, str] | None = None  # None: the scale target's own selector
+    # The policy document as the user wrote it (profile + overrides), when the spec was
+    # read from one; what the stores write back. Not part of equality: ``policy`` is what
+    # the target runs.
+    policy_source: PolicySource | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_source(cls, ref: TargetRef, source: PolicySource, **fields: Any) -> TargetSpec:
+        return cls(ref=ref, policy=source.policy, policy_source=source, **fields)
+
+    def _source(self) -> PolicySource | None:
+        """The source, if it is still the source of ``policy`` (``dataclasses.replace``
+        with a new policy keeps the old source: then it is not)."""
+        src = self.policy_source
+        return src if src is not None and src.policy is self.policy else None
+
+    def policy_document(self) -> dict[str, Any]:
+        """The document to store: as written, or (a policy built in code) every field."""
+        src = self._source()
+        return dict(src.document) if src is not None else document_of(self.policy)
+
+    @property
+    def profile(self) -> str:
+        src = self._source()
+        return src.profile if src is not None else DEFAULT_PROFILE
+
+    def effective_policy(self) -> dict[str, Any]:
+        """The profile's name and the effective policy (read-only view)."""
+        return effective(self.policy, self.profile)
 
 
 @dataclass(frozen=True, slots=True)

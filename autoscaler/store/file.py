@@ -27,7 +27,7 @@ import yaml
 from autoscaler.domain import TargetRef
 from autoscaler.errors import ConfigError
 from autoscaler.logging import get_logger
-from autoscaler.policy.schema import load_policy
+from autoscaler.policy.document import PolicySource, load_source
 from autoscaler.store.base import (
     Mode,
     NotFound,
@@ -83,7 +83,7 @@ def target_spec_to_dict(spec: TargetSpec) -> dict[str, Any]:
         "metricsPort": spec.metrics_port,
         "metricsPath": spec.metrics_path,
         "engine": spec.engine,
-        "policy": spec.policy.dump(),
+        "policy": spec.policy_document(),
     }
     if spec.selector is not None:
         doc["selector"] = dict(spec.selector)
@@ -114,7 +114,12 @@ def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = Non
     if not isinstance(doc, Mapping):
         raise ConfigError("invalid target", [f"body: must be an object (value {doc!r})"])
     for key in doc:
-        if key not in _SPEC_KEYS:
+        if key == "effectivePolicy":
+            problems.append(
+                "effectivePolicy: read-only (what `policy` resolves to with its profile); "
+                "write `policy` instead"
+            )
+        elif key not in _SPEC_KEYS:
             problems.append(f"{key}: unknown field (allowed: {', '.join(sorted(_SPEC_KEYS))})")
 
     def ident(field_name: str, from_ref: str | None) -> str:
@@ -181,20 +186,20 @@ def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = Non
         selector = None
 
     policy_doc = doc.get("policy", {})
-    policy = None
+    source: PolicySource | None = None
     if not isinstance(policy_doc, Mapping):
         problems.append(f"policy: value {policy_doc!r} must be an object")
     else:
         try:
-            policy = load_policy(policy_doc)
+            source = load_source(policy_doc)
         except ConfigError as err:
             problems.extend(f"policy.{p}" for p in err.problems)
 
-    if problems or policy is None:
+    if problems or source is None:
         raise ConfigError("invalid target", problems)
-    return TargetSpec(
-        ref=TargetRef(namespace=namespace, name=name),
-        policy=policy,
+    return TargetSpec.from_source(
+        TargetRef(namespace=namespace, name=name),
+        source,
         scale_target_ref=ScaleTargetRef(kind=kind, name=target_name, api_version=api_version),
         mode=mode,
         metrics_port=port,

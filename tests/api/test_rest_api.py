@@ -96,11 +96,12 @@ async def test_merge_patch_changes_only_named_fields_and_null_resets(
     )
     assert r.status_code == 200, r.text
     doc = r.json()
-    assert doc["policy"]["maxReplicaCount"] == 7
-    assert doc["policy"]["minReplicaCount"] == 1
+    assert doc["policy"] == {"minReplicaCount": 1, "maxReplicaCount": 7, "cooldownPeriod": 60}
+    assert doc["effectivePolicy"]["maxReplicaCount"] == 7
     assert doc["scaleTargetRef"]["name"] == "vllm-chat"
     r = await client.patch(URL, json={"policy": {"cooldownPeriod": None}}, headers=WRITE)
-    assert r.json()["policy"]["cooldownPeriod"] == 300  # back to the default
+    assert "cooldownPeriod" not in r.json()["policy"]  # removed from the document (RFC 7386)
+    assert r.json()["effectivePolicy"]["cooldownPeriod"] == 300  # so the profile's again
     stale = await client.patch(URL, json=patch, headers={**WRITE, "If-Match": etag})
     assert stale.status_code == 412
 
@@ -115,8 +116,10 @@ async def test_policy_subresource_put_and_patch(client: httpx.AsyncClient) -> No
         headers={**WRITE, "If-Match": got.headers["etag"]},
     )
     assert r.status_code == 200
-    assert r.json()["maxReplicaCount"] == 3
-    assert r.json()["minReplicaCount"] == 1  # replaced whole: defaults again
+    assert r.json() == {"maxReplicaCount": 3}  # replaced whole: the document as written
+    effective = (await client.get(f"{URL}/policy/effective")).json()
+    assert effective["profile"] == "recommended"
+    assert (effective["minReplicaCount"], effective["maxReplicaCount"]) == (1, 3)
     r = await client.patch(f"{URL}/policy", json={"maxReplicaCount": 0}, headers=WRITE)
     assert r.status_code == 422
     assert any("policy.maxReplicaCount" in p for p in r.json()["problems"])

@@ -15,7 +15,7 @@ from autoscaler.control.ports import SignalReading, TargetView
 from autoscaler.control.state import ControllerState
 from autoscaler.domain import Decision, Reason, TargetRef
 from autoscaler.errors import ConflictError, MetricSourceError
-from autoscaler.policy.schema import load_policy
+from autoscaler.policy.schema import validate_policy
 from autoscaler.store.base import StoredTarget, TargetSpec
 
 REF = TargetRef("demo", "llama")
@@ -81,7 +81,7 @@ def make(
     policy: dict[str, Any] | None = None, mode: str = "direct", **kw: Any
 ) -> tuple[ControlLoop, FakeCluster, FakeSignals, ControllerState, FakeClock]:
     doc = policy or {"maxReplicaCount": 20, "metrics": [{"signal": "waiting", "target": 4}]}
-    spec = TargetSpec(ref=REF, policy=load_policy(doc), mode=mode)  # type: ignore[arg-type]
+    spec = TargetSpec(ref=REF, policy=validate_policy(doc), mode=mode)  # type: ignore[arg-type]
     state = ControllerState()
     cluster, signals, clock = FakeCluster(), FakeSignals(), FakeClock()
     loop = ControlLoop(state, cluster, signals, clock=clock, **kw)
@@ -195,7 +195,9 @@ async def test_policy_edit_takes_effect_on_next_tick() -> None:
     signals.values = {"waiting": 16}
     new = TargetSpec(
         ref=REF,
-        policy=load_policy({"maxReplicaCount": 3, "metrics": [{"signal": "waiting", "target": 4}]}),
+        policy=validate_policy(
+            {"maxReplicaCount": 3, "metrics": [{"signal": "waiting", "target": 4}]}
+        ),
     )
     loop.set_targets([StoredTarget(new, "2")])
     [d] = await loop.tick()
@@ -239,7 +241,7 @@ async def test_restart_mid_scale_down_window_does_not_scale_down() -> None:
     # Restart at t=200: a new loop with no memory, same cluster, same clock.
     await clock.advance(100.0)
     spec = TargetSpec(
-        ref=REF, policy=load_policy({"metrics": [{"signal": "waiting", "target": 4}]})
+        ref=REF, policy=validate_policy({"metrics": [{"signal": "waiting", "target": 4}]})
     )
     restarted = ControlLoop(ControllerState(), cluster, signals, clock=clock)
     restarted.set_targets([StoredTarget(spec, "1")])

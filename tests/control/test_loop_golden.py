@@ -25,7 +25,7 @@ from autoscaler.control.ports import SignalReading, TargetView
 from autoscaler.control.state import ControllerState
 from autoscaler.domain import Decision, TargetRef
 from autoscaler.errors import ConflictError, MetricSourceError
-from autoscaler.policy.schema import load_policy
+from autoscaler.policy.schema import validate_policy
 from autoscaler.store.base import StoredTarget, TargetSpec
 from tests.forecast.golden import FIXTURES, Tick, _exact, ticks
 
@@ -190,7 +190,7 @@ async def _run() -> dict[str, Any]:
     )
     refs = {name: TargetRef("golden", name) for name in POLICIES}
     loop.set_targets(
-        StoredTarget(TargetSpec(ref=ref, policy=load_policy(POLICIES[name])), "1")
+        StoredTarget(TargetSpec(ref=ref, policy=validate_policy(POLICIES[name])), "1")
         for name, ref in refs.items()
     )
     streams = {ref: ticks(seed=k, n=LOOP_TICKS) for k, ref in enumerate(refs.values())}

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from autoscaler.policy.profiles import PROFILES
 from autoscaler.policy.schema import Policy, load_policy
 from tests.deploy.manifests import DEPLOY, all_objects, crd_validator, load_docs, load_script
 
@@ -73,7 +74,32 @@ def test_every_policy_field_is_in_the_spec() -> None:
     props = _spec_schema()["properties"]["spec"]["properties"]
     policy_fields = {f.alias for f in Policy.model_fields.values()}
     assert policy_fields <= set(props)
-    assert set(props) == policy_fields | TARGET_FIELDS
+    assert set(props) == policy_fields | TARGET_FIELDS | {"profile"}
+
+
+def test_profile_is_an_enum_of_the_shipped_profiles() -> None:
+    prop = _spec_schema()["properties"]["spec"]["properties"]["profile"]
+    assert prop["type"] == "string" and "default" not in prop
+    assert set(prop["enum"]) == set(PROFILES)
+    validator = crd_validator(_crd())
+    obj = copy.deepcopy(_examples()[0])
+    for name in PROFILES:
+        obj["spec"]["profile"] = name
+        assert not list(validator.iter_errors(obj)), name
+    obj["spec"]["profile"] = "cheap"
+    assert list(validator.iter_errors(obj))
+
+
+def test_policy_fields_have_no_defaults_the_profile_supplies_them() -> None:
+    """An API server default would be indistinguishable from a value the user set, and
+    would override the selected profile's (maxReplicaCount 16 over recommended's)."""
+    policy_fields = {f.alias for f in Policy.model_fields.values()}
+    spec = _spec_schema()["properties"]["spec"]
+    for path, node in _walk(spec):
+        top = path.split(".")[1] if path.count(".") >= 1 else ""
+        if top in policy_fields and "[]" not in path:
+            assert "default" not in node, f"{path}: default {node.get('default')!r}"
+    assert spec["properties"]["mode"]["default"] == "direct"  # target fields keep theirs
 
 
 def test_names_printer_columns_and_status_subresource_match_the_contract() -> None:

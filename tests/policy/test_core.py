@@ -11,7 +11,7 @@ import pytest
 
 from autoscaler.domain import Decision, DecisionState, Forecast, Observation, Reason
 from autoscaler.policy.core import decide
-from autoscaler.policy.schema import load_policy
+from autoscaler.policy.schema import validate_policy
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Tick:
 
 
 def run(policy_doc: Mapping[str, Any], ticks: Sequence[Tick]) -> list[Decision]:
-    policy = load_policy(policy_doc)
+    policy = validate_policy(policy_doc)
     state = DecisionState()
     out: list[Decision] = []
     for tick in ticks:
@@ -48,7 +48,7 @@ def follow(
     policy_doc: Mapping[str, Any], start: int, series: Sequence[tuple[float, dict[str, float]]]
 ) -> list[Decision]:
     """Like `run`, but each tick's replica count is the previous decision (advice applied)."""
-    policy = load_policy(policy_doc)
+    policy = validate_policy(policy_doc)
     state = DecisionState()
     cur = start
     out: list[Decision] = []
@@ -463,7 +463,7 @@ def test_decision_explains_itself() -> None:
 
 
 def test_core_is_deterministic_and_does_not_mutate_state() -> None:
-    policy = load_policy(WAITING4)
+    policy = validate_policy(WAITING4)
     state = DecisionState()
     obs = Observation(t=0, current_replicas=2, ready_replicas=2, signals={"waiting": 30})
     a, s1 = decide(policy, obs, state, 0)
@@ -522,7 +522,7 @@ def test_learned_capacity_adds_replicas_the_configured_metrics_do_not_see() -> N
     obs = learned_obs(
         2, {"waiting": 0, "prompt_tokens_per_s": 30_000}, {"prompt_tokens_per_s": 10_000}, 36_000
     )
-    decision, _ = decide(load_policy(LEARNED), obs, DecisionState(), 0)
+    decision, _ = decide(validate_policy(LEARNED), obs, DecisionState(), 0)
     assert decision.desired_replicas == 4
     assert decision.reason == Reason.FORECAST
     learned = [m for m in decision.metrics if m.learned]
@@ -538,14 +538,14 @@ def test_learned_capacity_headroom_lowers_the_target() -> None:
     obs = learned_obs(
         2, {"waiting": 0, "prompt_tokens_per_s": 30_000}, {"prompt_tokens_per_s": 10_000}, 0
     )
-    decision, _ = decide(load_policy(doc), obs, DecisionState(), 0)
+    decision, _ = decide(validate_policy(doc), obs, DecisionState(), 0)
     assert decision.desired_replicas == 6  # ceil(30k / 5k); 10k per replica would ask 3
     assert [m.target for m in decision.metrics if m.learned] == [5_000]
 
 
 def test_capacity_not_yet_learned_is_no_metric_and_not_missing() -> None:
     obs = learned_obs(4, {"waiting": 0, "prompt_tokens_per_s": 30_000}, {}, 36_000)
-    decision, state = decide(load_policy(LEARNED), obs, DecisionState(), 0)
+    decision, state = decide(validate_policy(LEARNED), obs, DecisionState(), 0)
     assert [m.signal for m in decision.metrics] == ["waiting"]
     assert state.consecutive_failures == 0  # nothing missing: the configured metric read
 
@@ -554,13 +554,13 @@ def test_learned_capacity_without_its_reading_is_skipped_not_zero() -> None:
     # capacity learned but this tick's rate is missing: no recommendation from it, and
     # the configured metric still decides (no scale-down to 0-based demand)
     obs = learned_obs(3, {"waiting": 12}, {"prompt_tokens_per_s": 10_000}, 36_000)
-    decision, _ = decide(load_policy(LEARNED), obs, DecisionState(), 0)
+    decision, _ = decide(validate_policy(LEARNED), obs, DecisionState(), 0)
     assert not any(m.learned for m in decision.metrics)
     assert decision.desired_replicas == 3
     nan = learned_obs(
         3, {"waiting": 12, "prompt_tokens_per_s": math.nan}, {"prompt_tokens_per_s": 10_000}, 0
     )
-    decision, state = decide(load_policy(LEARNED), nan, DecisionState(), 0)
+    decision, state = decide(validate_policy(LEARNED), nan, DecisionState(), 0)
     assert [m.signal for m in decision.metrics] == ["waiting"]
     assert state.consecutive_failures == 0
 
@@ -570,7 +570,7 @@ def test_prediction_disabled_ignores_forecast_and_learned_capacity() -> None:
     obs = learned_obs(
         2, {"waiting": 8, "prompt_tokens_per_s": 30_000}, {"prompt_tokens_per_s": 10_000}, 36_000
     )
-    decision, _ = decide(load_policy(doc), obs, DecisionState(), 0)
+    decision, _ = decide(validate_policy(doc), obs, DecisionState(), 0)
     assert decision.desired_replicas == 2
     assert not any(m.learned for m in decision.metrics)
     assert "forecast_horizon_s" not in decision.numbers

@@ -9,7 +9,7 @@ import pytest
 
 from autoscaler.domain import DecisionState, Forecast, Observation, Reason
 from autoscaler.policy.core import decide
-from autoscaler.policy.schema import TARGET_MIN, VALUE_MAX, load_policy
+from autoscaler.policy.schema import TARGET_MIN, VALUE_MAX, validate_policy
 from tests.policy.test_core import WAITING4, Tick, follow, run
 
 W1 = {"metrics": [{"signal": "waiting", "type": "AverageValue", "target": 1}]}
@@ -324,7 +324,7 @@ def test_advised_change_is_stamped_when_decided_not_when_observed() -> None:
 
 
 def test_consecutive_failures_count_and_reset() -> None:
-    policy = load_policy(WAITING4)
+    policy = validate_policy(WAITING4)
     state = DecisionState()
     counts = []
     for t, signals in ((0, {}), (1, {}), (2, {"waiting": 4.0}), (3, {})):
@@ -671,7 +671,7 @@ def test_learned_capacity_must_be_positive_and_finite(capacity: float) -> None:
         signals={"waiting": 0, "running": 10},
         forecast=Forecast(90.0, {}, capacity_per_replica={"running": capacity}),
     )
-    decision, _ = decide(load_policy(doc), obs, DecisionState(), 0)
+    decision, _ = decide(validate_policy(doc), obs, DecisionState(), 0)
     learned = [m for m in decision.metrics if m.learned]
     if capacity == 0.5:  # a fractional capacity is a capacity: 10 / 0.5 = 20 replicas
         assert [(m.metric_type, m.replicas) for m in learned] == [("AverageValue", 20)]
@@ -702,7 +702,7 @@ def test_stale_advice_is_never_matched_to_a_later_change() -> None:
 def test_decision_state_stays_bounded_over_a_long_run() -> None:
     # Memory per target: recommendations and events older than the longest window or
     # period are dropped (default windows: 300 s; periods: 15 s).
-    policy = load_policy({**W1, "maxReplicaCount": 40})
+    policy = validate_policy({**W1, "maxReplicaCount": 40})
     state = DecisionState()
     cur = 2
     for i in range(200):
@@ -753,5 +753,5 @@ def test_learned_capacity_at_the_policy_bounds_is_learned(capacity: float) -> No
         signals={"waiting": 0, "running": 0},
         forecast=Forecast(90.0, {}, capacity_per_replica={"running": capacity}),
     )
-    decision, _ = decide(load_policy(doc), obs, DecisionState(), 0)
+    decision, _ = decide(validate_policy(doc), obs, DecisionState(), 0)
     assert [m.target for m in decision.metrics if m.learned] == [capacity]

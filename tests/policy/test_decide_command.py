@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
+
+from autoscaler.policy.profiles import PROFILES, RECOMMENDED_SCALE_DOWN_WINDOW_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,9 +106,11 @@ def test_first_line_is_an_initial_recommendation_no_scale_down_in_first_window(
     tmp_path: Path,
 ) -> None:
     # HPA recordInitialRecommendation (kubernetes#68826): the replay starts like a new HPA.
+    # The policy file names no profile: the recommended profile's scale-down window holds.
+    w = RECOMMENDED_SCALE_DOWN_WINDOW_S
     lines = [
         json.dumps({"t": t, "current_replicas": 6, "signals": {"waiting": 0}})
-        for t in (0, 150, 299, 301)
+        for t in (0, w // 2, w - 1, w + 1)
     ]
     proc = _run(tmp_path, POLICY, lines)
     assert proc.returncode == 0, proc.stderr
@@ -132,3 +137,40 @@ def test_lines_without_a_replica_count_follow_the_decisions(tmp_path: Path) -> N
     ]
     bad = _run(tmp_path, policy, lines, "--start-replicas", "-1")
     assert bad.returncode == 2 and "--start-replicas: value -1" in bad.stderr
+
+
+def _run_plain(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "autoscaler", "decide", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+def test_without_a_policy_file_the_recommended_profile_decides(tmp_path: Path) -> None:
+    # prompt tokens/s 24000: replicas = ceil(24000 / each profile's per-replica target).
+    def wanted(name: str) -> int:
+        (m,) = [m for m in PROFILES[name]().metrics if m.signal == "prompt_tokens_per_s"]
+        return math.ceil(24000 / m.target)
+
+    assert wanted("recommended") != wanted("cost-first")
+    line = json.dumps({"t": 0, "current_replicas": 1, "signals": {"prompt_tokens_per_s": 24000}})
+    (tmp_path / "s.jsonl").write_text(line + "\n")
+    default = _run_plain("--signals", str(tmp_path / "s.jsonl"))
+    assert default.returncode == 0, default.stderr
+    cost = _run_plain("--profile", "cost-first", "--signals", str(tmp_path / "s.jsonl"))
+    assert cost.returncode == 0, cost.stderr
+    assert json.loads(default.stdout)["desired_replicas"] == wanted("recommended")
+    assert json.loads(cost.stdout)["desired_replicas"] == wanted("cost-first")
+
+
+def test_profile_flag_and_file_must_agree_and_names_are_checked(tmp_path: Path) -> None:
+    line = json.dumps({"t": 0, "current_replicas": 1, "signals": {"waiting": 0}})
+    proc = _run(tmp_path, "profile: recommended\n", [line], "--profile", "cost-first")
+    assert proc.returncode == 2
+    assert "--profile: value 'cost-first' differs from the policy file's profile" in proc.stderr
+    proc = _run(tmp_path, "profile: cheap\n", [line])
+    assert proc.returncode == 2
+    assert "profile: value 'cheap' must be one of cost-first, recommended" in proc.stderr

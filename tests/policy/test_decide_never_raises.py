@@ -21,7 +21,7 @@ from autoscaler.policy.schema import (
     TARGET_MIN,
     VALUE_MAX,
     Policy,
-    load_policy,
+    validate_policy,
 )
 
 FINITE = st.floats(allow_nan=False, allow_infinity=False)
@@ -94,13 +94,13 @@ policy_doc = st.fixed_dictionaries(
 def policies(draw: st.DrawFn) -> Policy:
     doc: dict[str, Any] = draw(policy_doc)
     try:
-        return load_policy(doc)
+        return validate_policy(doc)
     except ConfigError:  # inconsistent combination (e.g. min > max): not accepted
         doc["maxReplicaCount"] = REPLICAS_MAX
         doc.pop("idleReplicaCount", None)
         doc.pop("fallback", None)
         doc["metrics"] = [{**m, "target": min(m["target"], 1.0)} for m in doc["metrics"]]
-        return load_policy(doc)
+        return validate_policy(doc)
 
 
 signals = st.dictionaries(st.sampled_from(SIGNALS), FINITE)
@@ -170,12 +170,14 @@ def test_schema_refuses_non_finite_and_unbounded_numbers_naming_field_value_rule
     doc: dict[str, Any], needle: str
 ) -> None:
     with pytest.raises(ConfigError) as err:
-        load_policy(doc)
+        validate_policy(doc)
     assert any(needle in p and "value" in p for p in err.value.problems), err.value.problems
 
 
 def test_infinite_signal_reaching_the_core_asks_for_max_instead_of_raising() -> None:
-    policy = load_policy({"maxReplicaCount": 8, "metrics": [{"signal": "waiting", "target": 1}]})
+    policy = validate_policy(
+        {"maxReplicaCount": 8, "metrics": [{"signal": "waiting", "target": 1}]}
+    )
     obs = Observation(t=1.0, current_replicas=2, ready_replicas=2, signals={"waiting": math.inf})
     decision, _ = decide(policy, obs, DecisionState(), 1.0)  # the boundary drops +Inf
     assert 2 < decision.desired_replicas <= 8  # before the core; here it must not raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autoscaler.errors import ConfigError
-from autoscaler.policy.schema import load_policy, policy_errors
+from autoscaler.policy.schema import load_policy, policy_errors, validate_policy
 
 
 def test_defaults_are_valid_and_round_trip_in_camel_case() -> None:
@@ -122,7 +122,7 @@ def test_problem_lines_name_field_rule_and_value_exactly() -> None:
 
 
 def test_dump_is_camel_case_json_without_unset_blocks() -> None:
-    doc = load_policy({}).dump()
+    doc = validate_policy({}).dump()  # the schema's own defaults, no profile
     by_signal = {m["signal"]: m for m in doc["metrics"]}  # a JSON list of camelCase objects
     assert by_signal["waiting"] == {
         "signal": "waiting",

@@ -15,7 +15,7 @@ import pytest
 from autoscaler.domain import Decision, DecisionState, Observation, Reason
 from autoscaler.errors import ConfigError
 from autoscaler.policy.core import decide, initial_state
-from autoscaler.policy.schema import load_policy
+from autoscaler.policy.schema import validate_policy
 
 WAITING4 = {"metrics": [{"signal": "waiting", "type": "AverageValue", "target": 4}]}
 TWO = {
@@ -32,7 +32,7 @@ def follow(
     state: DecisionState | None = None,
 ) -> list[Decision]:
     """Each tick's replica count is the previous decision (advice applied)."""
-    policy = load_policy(doc)
+    policy = validate_policy(doc)
     state = DecisionState() if state is None else state
     cur = start
     out: list[Decision] = []
@@ -195,9 +195,9 @@ def test_upstream_table(row: Row) -> None:
 
 def test_tolerance_of_one_or_more_is_accepted_negative_refused() -> None:
     # kubernetes validation: tolerance must be >= 0 (no upper bound).
-    load_policy({**WAITING4, "behavior": {"scaleUp": {"tolerance": 2.0}}})
+    validate_policy({**WAITING4, "behavior": {"scaleUp": {"tolerance": 2.0}}})
     with pytest.raises(ConfigError) as err:
-        load_policy({**WAITING4, "behavior": {"scaleUp": {"tolerance": -0.1}}})
+        validate_policy({**WAITING4, "behavior": {"scaleUp": {"tolerance": -0.1}}})
     assert "behavior.scaleUp.tolerance" in str(err.value.problems)
 
 
@@ -222,7 +222,7 @@ def test_without_initial_recommendation_a_fresh_state_scales_down_at_once() -> N
 def test_restart_mid_window_does_not_scale_down() -> None:
     # High demand at t=0 keeps 8 until t=300. The controller restarts at t=200 (state lost);
     # the seeded state holds 8 for a full window from the restart, as a restarted HPA does.
-    policy = load_policy(DOWN_300)
+    policy = validate_policy(DOWN_300)
     state = DecisionState()
     before: list[int] = []
     for t, waiting in ((0.0, 32.0), (100.0, 4.0), (199.0, 4.0)):

@@ -1,5 +1,6 @@
 """The LLMAutoscaler CRD on a real API server: CEL rules (1.24 with the feature gate),
-defaults and printer columns, REST writes that keep metadata, observedGeneration."""
+defaults and printer columns, REST writes that keep metadata, observedGeneration, and
+profile selection (the enum, no schema defaults over the profile's, nulls kept)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.domain import TargetRef
 from autoscaler.errors import ConfigError
-from autoscaler.kube.crd import API_VERSION, object_to_spec
-from autoscaler.policy.schema import load_policy
+from autoscaler.kube.crd import API_VERSION, object_to_spec, spec_to_object
+from autoscaler.policy.profiles import PROFILES, cost_first, recommended
+from autoscaler.policy.schema import Behavior, MetricSpec, Policy, ScalingRules, load_policy
+from autoscaler.store.base import ScaleTargetRef, TargetSpec
 from autoscaler.store.crd import CrdPolicyStore
 from tests.real.kubectl import Kube, KubeError
 
@@ -67,7 +70,7 @@ async def test_cel_rejects_what_the_controller_rejects(
 async def test_defaults_fill_mode_and_the_printer_columns_show_it(
     kube: Kube, namespace: str
 ) -> None:
-    created = await kube.create(llmas("llama", namespace))
+    created = await kube.create(llmas("llama", namespace, minReplicaCount=1, maxReplicaCount=16))
     assert created["spec"]["mode"] == "direct"
     path = f"/apis/{API_VERSION}/namespaces/{namespace}/llmautoscalers"
     table = await _as_table(kube, path)
@@ -126,3 +129,104 @@ async def test_status_records_the_generation_it_describes(
     after = await kube.read(obj)
     assert after["metadata"]["generation"] == 2
     assert after["status"]["observedGeneration"] == 2
+
+
+def bare(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    """An LLMAutoscaler with no policy field but what ``spec`` sets."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "LLMAutoscaler",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"scaleTargetRef": {"kind": "Deployment", "name": name}, **spec},
+    }
+
+
+async def test_unknown_profile_is_rejected_by_the_api_server(kube: Kube, namespace: str) -> None:
+    obj = bare("bad", namespace, profile="cheap")
+    with pytest.raises(ConfigError, match="profile: value 'cheap' must be one of"):
+        object_to_spec(obj)  # the controller's own check agrees
+    with pytest.raises(KubeError) as err:
+        await kube.create(obj)
+    assert err.value.status == 422
+    assert "spec.profile" in str(err.value)
+    for name in PROFILES:
+        assert name in str(err.value)
+
+
+async def test_an_object_without_policy_fields_runs_the_recommended_profile(
+    kube: Kube, namespace: str, controller_api: ApiClient
+) -> None:
+    created = await kube.create(bare("plain", namespace))
+    # The API server fills no policy default (it would override the profile's values).
+    assert set(created["spec"]) == {
+        "scaleTargetRef",
+        "mode",
+        "metricsPort",
+        "metricsPath",
+        "engine",
+    }
+    stored = await CrdPolicyStore(controller_api).get(TargetRef(namespace, "plain"))
+    assert stored.spec.policy == recommended()
+    assert stored.spec.effective_policy()["profile"] == "recommended"
+
+
+async def test_a_selected_profile_with_overrides_merges_per_field(
+    kube: Kube, namespace: str, controller_api: ApiClient
+) -> None:
+    await kube.create(
+        bare(
+            "cost",
+            namespace,
+            profile="cost-first",
+            maxReplicaCount=12,
+            behavior={
+                "scaleDown": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]}
+            },
+        )
+    )
+    store = CrdPolicyStore(controller_api)
+    stored = await store.get(TargetRef(namespace, "cost"))
+    base = cost_first()
+    assert base.behavior.scale_down is not None
+    assert stored.spec.policy.metrics == base.metrics  # the profile's targets
+    assert stored.spec.policy.max_replica_count == 12
+    down = stored.spec.policy.behavior.scale_down
+    assert down is not None  # deep merge: the profile's window, the object's rate policy
+    assert (
+        down.stabilization_window_seconds == base.behavior.scale_down.stabilization_window_seconds
+    )
+    assert down.policies is not None and down.policies[0].value == 1
+    # A write through the store puts back the document, not the effective policy.
+    await store.put(stored.spec, if_match=stored.version)
+    after = await kube.read(bare("cost", namespace))
+    assert after["spec"]["profile"] == "cost-first" and "metrics" not in after["spec"]
+
+
+async def test_null_survives_the_api_server_and_turns_prediction_off(
+    kube: Kube, namespace: str, controller_api: ApiClient
+) -> None:
+    created = await kube.create(bare("noforecast", namespace, prediction=None))
+    assert created["spec"]["prediction"] is None
+    stored = await CrdPolicyStore(controller_api).get(TargetRef(namespace, "noforecast"))
+    assert stored.spec.policy.prediction is None
+    assert stored.spec.policy == recommended().model_copy(update={"prediction": None})
+
+
+async def test_a_policy_built_in_code_round_trips_through_the_api_server(
+    kube: Kube, namespace: str, controller_api: ApiClient
+) -> None:
+    """No profile: every field written, unset ones as null, and the CEL rules accept it."""
+    policy = Policy(
+        max_replica_count=5,
+        metrics=(MetricSpec(signal="waiting", target=3),),
+        behavior=Behavior(scale_down=ScalingRules(stabilization_window_seconds=30)),
+    )
+    spec = TargetSpec(
+        ref=TargetRef(namespace, "coded"),
+        policy=policy,
+        scale_target_ref=ScaleTargetRef(name="coded"),
+    )
+    await kube.create(spec_to_object(spec))
+    stored = await CrdPolicyStore(controller_api).get(spec.ref)
+    assert stored.spec.policy == policy
+    assert stored.spec.policy.prediction is None

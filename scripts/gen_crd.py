@@ -330,6 +330,7 @@ def build_crd() -> dict[str, Any]:
                         _column("Ready", "string", _condition("Ready")),
                         _column("Active", "string", _condition("Active")),
                         _column("Reason", "string", ".status.lastReason", priority=1),
+                        _column("Profile", "string", ".spec.profile", priority=1),
                         _column("Age", "date", ".metadata.creationTimestamp"),
                     ],
                     "schema": {

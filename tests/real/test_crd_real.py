@@ -75,7 +75,7 @@ async def test_defaults_fill_mode_and_the_printer_columns_show_it(
     path = f"/apis/{API_VERSION}/namespaces/{namespace}/llmautoscalers"
     table = await _as_table(kube, path)
     names = [c["name"] for c in table["columnDefinitions"]]
-    for column in ("Target", "Min", "Max", "Mode", "Ready", "Active"):
+    for column in ("Target", "Min", "Max", "Mode", "Ready", "Active", "Profile"):
         assert column in names
     (row,) = table["rows"]
     cells = dict(zip(names, row["cells"], strict=True))

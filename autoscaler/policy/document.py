@@ -72,18 +72,24 @@ _ALIASES = _aliases()
 
 def _camel(node: Any, path: str, problems: list[str]) -> Any:
     """Keys to camelCase (the schema accepts snake_case too), recursively; a field given
-    under both spellings is a problem (which one would win is not obvious)."""
+    under both spellings is a problem (which one would win is not obvious). A part
+    already in camelCase is returned as is, not copied: a fleet of LLMAutoscalers keeps
+    one copy of each document (the CRD store holds the object's spec already)."""
     if isinstance(node, Mapping):
         out: dict[str, Any] = {}
+        same = isinstance(node, dict)
         for key, value in node.items():
             name = _ALIASES.get(key, key) if isinstance(key, str) else key
             where = f"{path}.{name}" if path else str(name)
             if name in out:
                 problems.append(f"{where}: given twice (as {name!r} and as its snake_case)")
-            out[name] = _camel(value, where, problems)
-        return out
+            out[name] = sub = _camel(value, where, problems)
+            same = same and name == key and sub is value
+        return node if same else out
     if isinstance(node, list | tuple):
-        return [_camel(v, f"{path}[{i}]", problems) for i, v in enumerate(node)]
+        items = [_camel(v, f"{path}[{i}]", problems) for i, v in enumerate(node)]
+        unchanged = isinstance(node, list) and all(a is b for a, b in zip(items, node, strict=True))
+        return node if unchanged else items
     return node
 
 

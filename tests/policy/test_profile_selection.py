@@ -150,3 +150,12 @@ def test_a_policy_built_in_code_has_a_document_that_loads_back_to_it(policy: Pol
     doc = document_of(policy)
     assert doc["profile"] == "recommended"
     assert load_policy(doc) == policy
+
+
+def test_a_camel_case_document_is_kept_without_a_copy() -> None:
+    # A fleet keeps one copy of each spec: the CRD store holds the object's already.
+    doc = {"maxReplicaCount": 9, "behavior": {"scaleDown": {"tolerance": 0.2}}}
+    assert load_source(doc).document is doc
+    snake = {"max_replica_count": 9, "behavior": doc["behavior"]}
+    src = load_source(snake)
+    assert src.document is not snake and src.document["behavior"] is doc["behavior"]

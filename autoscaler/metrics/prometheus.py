@@ -251,9 +251,10 @@ class PrometheusSource:
     signals (templates with ``$by``) for every `WorkloadPods` target read before, one
     query per signal; the other targets' reads that tick take their answers from that
     batch. A key reads a batch once: its next read (next tick), or a batch older than
-    ``batch_max_age_s``, starts a new one. A target first seen mid-tick gets a batch of
-    its own. Answers of grouped queries may hold one series per target: their size cap
-    is ``max_answer_bytes`` plus ``grouped_bytes_per_target`` per target in the query.
+    ``batch_max_age_s`` and no longer fetching, starts a new one. A target first seen
+    mid-tick gets a batch of its own. Answers of grouped queries may hold one series per
+    target: their size cap is ``max_answer_bytes`` plus ``grouped_bytes_per_target`` per
+    target in the query.
     """
 
     def __init__(
@@ -397,7 +398,11 @@ class PrometheusSource:
         """This tick's grouped answers for ``key`` (see the class docstring)."""
         self._known[key] = target
         b = self._batch
-        fresh = b is not None and now - b.t <= self._batch_max_age_s
+        # A batch still fetching is fresh whatever its age: with a slow Prometheus a
+        # tick's reads spread beyond batch_max_age_s, and starting another batch would
+        # send every query for every target again (N=1000: 250 queries per tick).
+        in_flight = b is not None and b.task is not None and not b.task.done()
+        fresh = b is not None and (in_flight or now - b.t <= self._batch_max_age_s)
         if b is not None and fresh and key not in b.consumed and (key in b.targets or b.open):
             b.targets[key] = target
             batch = b

@@ -190,3 +190,25 @@ def test_malformed_grouped_answer_is_an_error_for_every_target() -> None:
         assert got.values == {} and got.error is not None and got.error.startswith("waiting: ")
         reading = _reading(0.0, PODS, [], "ns/a", [got])
         assert reading.pods_read == 0 and reading.errors == (got.error,)
+
+
+async def test_read_later_than_the_batch_age_joins_the_batch_still_in_flight(
+    prom: FakePrometheus,
+) -> None:
+    """A slow Prometheus spreads a tick's reads beyond ``batch_max_age_s``: they join the
+    fetch in flight instead of starting one more batch of every query for every target."""
+    n = len(VLLM_QUERIES)
+    source = PrometheusSource(prom.url, _targets("a", "b"), batch_max_age_s=0.5)
+    await _tick(source, ["ns/a", "ns/b"], now=0.0)  # both known: batched together
+    prom.hold, prom.received = asyncio.Event(), asyncio.Event()
+    first = asyncio.ensure_future(source.read("ns/a", PODS, now=1.0))
+    await asyncio.wait_for(prom.received.wait(), 10)  # the tick's batch is fetching
+    late = asyncio.ensure_future(source.read("ns/b", PODS, now=3.0))
+    await asyncio.sleep(0)
+    prom.hold.set()
+    a, b = await asyncio.gather(first, late)
+    assert len(prom.queries) == 2 * n
+    assert a.signals["waiting"] == 0.3 and b.signals["waiting"] == 0.5
+    await _tick(source, ["ns/a", "ns/b"], now=4.0)  # the next tick: a batch of its own
+    assert len(prom.queries) == 3 * n
+    await source.close()

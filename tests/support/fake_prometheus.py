@@ -3,6 +3,7 @@ how `PrometheusSource` batches and demultiplexes (no PromQL evaluation)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator
@@ -22,10 +23,15 @@ class FakePrometheus:
         self.queries: list[str] = []
         self.fail = "never-in-a-query"
         self.url = ""
+        self.received = asyncio.Event()  # set by the first query
+        self.hold: asyncio.Event | None = None  # when set: answers wait for it (slow)
 
     async def handle(self, request: web.Request) -> web.Response:
         query = str((await request.post())["query"])
         self.queries.append(query)
+        self.received.set()
+        if self.hold is not None:
+            await self.hold.wait()
         if self.fail in query:
             return web.json_response({"status": "error", "error": "bad"}, status=400)
         names = re.search(r'pod=~"\(?([^")]*)\)?-\.\*"', query)

@@ -24,7 +24,6 @@ docs/scale.md, "Memory".
 from __future__ import annotations
 
 import math
-import zlib
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -32,6 +31,7 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar, overload
 
 from autoscaler.domain import Decision, Forecast, MetricRecommendation, Observation, Reason
+from autoscaler.packing import pack, unpack
 
 _NAN = math.nan
 NO_NUMBERS: Mapping[str, float] = MappingProxyType({})
@@ -46,11 +46,10 @@ _REASON_INDEX = {reason: i for i, reason in enumerate(_REASONS)}
 _Shape = tuple[tuple[str, str, float, bool, bool], ...]
 _ACTIVE, _PANIC = 1, 2
 _WIDER = {"b": "h", "h": "i", "i": "q", "f": "d"}
-# Entries per block (<= 255: a block's table indexes are 1 byte) and the compression of
-# the sealed ones (zlib level 1: fastest; what benchmarks/bench_rss.py measured)
+# Entries per block (<= 255: a block's table indexes are 1 byte); sealed blocks are
+# `autoscaler.packing`'s transposed zlib
 OBS_BLOCK = 60
 HISTORY_BLOCK = 50
-_ZLIB_LEVEL = 1
 
 
 def _opt(value: float | None) -> float:
@@ -120,42 +119,6 @@ class _Table:
         table.index = {}  # a sealed block takes no more values
         table.slots = slots
         return table
-
-
-def _transposed(col: array[Any]) -> bytes:
-    data = col.tobytes()
-    k = col.itemsize
-    return data if k == 1 else b"".join(data[j::k] for j in range(k))
-
-
-def _untransposed(data: bytes, k: int) -> bytes | bytearray:
-    if k == 1:
-        return data
-    n = len(data) // k
-    out = bytearray(len(data))
-    for j in range(k):
-        out[j::k] = data[j * n : (j + 1) * n]
-    return out
-
-
-def _pack(arrays: list[array[Any]]) -> bytes:
-    """Every column's bytes transposed (byte 0 of every value, then byte 1 ...), so the
-    sign, exponent and high mantissa bytes, which vary little from tick to tick, sit
-    together, then zlib: exact."""
-    return zlib.compress(b"".join(_transposed(a) for a in arrays), _ZLIB_LEVEL)
-
-
-def _unpack(blob: bytes, codes: tuple[str, ...], n: int) -> list[array[Any]]:
-    raw = zlib.decompress(blob)
-    arrays: list[array[Any]] = []
-    pos = 0
-    for code in codes:
-        col = array(code)
-        end = pos + col.itemsize * n
-        col.frombytes(_untransposed(raw[pos:end], col.itemsize))
-        arrays.append(col)
-        pos = end
-    return arrays
 
 
 class _Blocks(Generic[_B, _L]):
@@ -328,12 +291,12 @@ class _DecisionBlock:
             len(self.metrics),
             len(self.t),
         )
-        return layout, _pack(arrays)
+        return layout, pack(arrays)
 
     @classmethod
     def unseal(cls, sealed: tuple[_DecisionLayout, bytes]) -> _DecisionBlock:
         (codes, messages, limits, shapes, _, n), blob = sealed
-        arrays = _unpack(blob, codes, n)
+        arrays = unpack(blob, codes, n)
         block = cls.__new__(cls)
         block.t, block.current, block.desired, block.reason, block.flags = arrays[:5]
         block.messages = _Table.of(messages, arrays[5])
@@ -515,12 +478,12 @@ class _ObsBlock:
             tuple(self.models.values),
             len(self.t),
         )
-        return layout, _pack(arrays)
+        return layout, pack(arrays)
 
     @classmethod
     def unseal(cls, sealed: tuple[_ObsLayout, bytes]) -> _ObsBlock:
         (codes, names, models, n), blob = sealed
-        arrays = _unpack(blob, codes, n)
+        arrays = unpack(blob, codes, n)
         block = cls.__new__(cls)
         block.t = arrays[0]
         block.ints = arrays[1:6]

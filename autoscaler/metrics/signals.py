@@ -32,13 +32,14 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, pairwise
 
 from autoscaler.domain import FRACTION_SIGNALS
 from autoscaler.metrics.engines import EngineSnapshot
 from autoscaler.metrics.exposition import HistogramData
+from autoscaler.packing import pack_floats, unpack_floats
 
 # The pod-scrape window of rates and quantiles. 30 s, not PromQL's usual 1m: at a 1 s
 # scrape it still holds ~30 scrapes, and it reacts to a burst twice as soon; measured side
@@ -287,6 +288,52 @@ def _convert(row: array[float], mapping: _Mapping) -> array[float]:
     return array("d", [row[i] * f if i >= 0 else math.nan for i, f in mapping])
 
 
+class _Rows:
+    """A pod's window rows, oldest first, as a list reads them (``len``, ``[i]``,
+    iteration, ``append``, ``[-1] =``, ``del [:k]``): the oldest and the newest row as
+    arrays (what a tick reads), the ones between packed (`autoscaler.packing`: exact,
+    ~30% of the bytes; unpacked when one is read or becomes the oldest). A row packs when
+    a newer one is appended, i.e. every ``resolution_s`` per pod, not every scrape."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, rows: Sequence[array[float]]) -> None:
+        last = len(rows) - 1
+        self._items: list[array[float] | bytes] = [
+            r if i in (0, last) else pack_floats(r) for i, r in enumerate(rows)
+        ]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, index: int) -> array[float]:
+        item = self._items[index]
+        return unpack_floats(item) if isinstance(item, bytes) else item
+
+    def __setitem__(self, index: int, row: array[float]) -> None:
+        if index != -1:
+            raise IndexError("only the newest row is replaced")
+        self._items[-1] = row
+
+    def __iter__(self) -> Iterator[array[float]]:
+        for item in self._items:
+            yield unpack_floats(item) if isinstance(item, bytes) else item
+
+    def append(self, row: array[float]) -> None:
+        items = self._items
+        if len(items) > 1:
+            last = items[-1]
+            if not isinstance(last, bytes):
+                items[-1] = pack_floats(last)
+        items.append(row)
+
+    def __delitem__(self, index: slice) -> None:
+        items = self._items
+        del items[index]
+        if items and isinstance(items[0], bytes):
+            items[0] = unpack_floats(items[0])
+
+
 class PodHistory:
     """One pod's scrapes inside the window, as reset-adjusted cumulative rows.
 
@@ -321,7 +368,7 @@ class PodHistory:
         self.raw = _raw(snapshot)  # the newest scrape's values as read (reset detection)
         self.offset: array[float] | None = None  # row = raw + offset once a counter reset
         self.times = array("d", [t])
-        self.rows: list[array[float]] = [self.raw]
+        self.rows = _Rows([self.raw])
         self.complete_from = t  # rows older than this lack a family (NaN)
         self._pinned = True  # the newest row is kept when the next scrape comes
         self._cover_t = t  # the oldest scrape the newest row stands for
@@ -374,7 +421,7 @@ class PodHistory:
         """Families came or went, or a histogram's bounds changed: convert the kept rows."""
         old = self.layout
         mapping = _mapping(old, new)
-        self.rows = [_convert(r, mapping) for r in self.rows]
+        self.rows = _Rows([_convert(r, mapping) for r in self.rows])
         last = self.rows[-1]
         prev = _convert(self.raw, mapping)
         if self.offset is None:

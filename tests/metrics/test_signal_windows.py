@@ -326,3 +326,28 @@ def test_pods_with_different_layouts_merge_by_bound() -> None:
     out = aggregate([a, b])
     # merged: 0.1 -> 0, 0.25 -> 30, 0.5 -> 40: p50 (rank 20) lies in (0.1, 0.25]
     assert out["ttft_p50_s"] == pytest.approx(0.1 + 0.15 * 20 / 30)
+
+
+def test_a_windows_middle_rows_are_kept_packed_and_read_back_bit_for_bit() -> None:
+    # fractional counters (a latency sum, token counts / 3): no float32 would hold them
+    def page(t: float) -> EngineSnapshot:
+        n = 10.0 * t
+        ttft = HistogramData((0.1, 0.5, 1.0, INF), (n / 3, n, n, n), n, n * 0.123456789)
+        counters = {"requests": n, "prompt_tokens": n * 701 / 3}
+        return EngineSnapshot("vllm", {"waiting": 1.0}, counters, {"ttft": ttft})
+
+    h = None
+    for second in range(120):
+        h = observe(h, page(float(second)), float(second), WINDOW_S)
+    assert h is not None
+    items = h.rows._items
+    assert len(items) > 3 and all(isinstance(r, bytes) for r in items[1:-1])
+    assert not isinstance(items[0], bytes) and not isinstance(items[-1], bytes)
+    from autoscaler.metrics.signals import _raw
+
+    # no reset: each kept row is that scrape's values as read, bit for bit
+    assert [r.tobytes() for r in h.rows] == [_raw(page(t)).tobytes() for t in h.times]
+    assert h.rows[len(h.rows) // 2].tobytes() == _raw(page(h.times[len(h.rows) // 2])).tobytes()
+    rate = aggregate([h])["prompt_tokens_per_s"]
+    first, last = h.times[0], h.times[-1]
+    assert rate == (last * 10 * 701 / 3 - first * 10 * 701 / 3) / (last - first)

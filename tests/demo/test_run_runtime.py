@@ -65,3 +65,37 @@ def test_tune_gc_freezes_startup_objects_and_raises_the_young_threshold() -> Non
     assert not any(o is kept[0] for o in gc.get_objects())
     assert gc.get_threshold() == run_command.GC_THRESHOLDS
     assert run_command.GC_THRESHOLDS[0] > 700  # above CPython's default
+
+
+def test_free_memory_is_released_with_glibc_and_skipped_without(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ctypes
+
+    calls: list[int] = []
+
+    class Libc:
+        def __init__(self, name: str) -> None:
+            if name != "libc.so.6":
+                raise OSError(name)
+
+        @property
+        def malloc_trim(self) -> object:
+            def trim(pad: int) -> int:
+                calls.append(pad)
+                return 1
+
+            return trim
+
+    monkeypatch.setattr(run_command, "_malloc_trim", None)
+    monkeypatch.setattr(ctypes, "CDLL", Libc)
+    assert run_command.release_free_memory() and run_command.release_free_memory()
+    assert calls == [0, 0]
+
+    def no_libc(name: str) -> object:
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(run_command, "_malloc_trim", None)
+    monkeypatch.setattr(ctypes, "CDLL", no_libc)
+    assert not run_command.release_free_memory()
+    assert not run_command.release_free_memory()  # looked up once

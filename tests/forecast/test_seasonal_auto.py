@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 
@@ -81,3 +83,34 @@ def test_auto_does_not_score_across_a_gap() -> None:
     m = feed(_auto(), constant(20.0, 0.0, 300.0))
     m = m.update(300.0 + 2000.0, 20.0)  # targets of all pending forecasts fell in the gap
     assert m.scored == 0 and m.pending[-1].t_made == 2300.0
+
+
+@dataclass(frozen=True)
+class _Silent:
+    """A candidate that never has a forecast (as a model without enough history)."""
+
+    t: float = 0.0
+    name: str = "silent"
+    level: float | None = None
+
+    def update(self, t: float, value: float) -> _Silent:
+        return _Silent(t)
+
+    def predict(self, t: float, horizon_s: float) -> float | None:
+        return None
+
+
+def test_a_pending_forecast_with_a_candidate_that_could_not_predict_is_kept_and_skipped() -> None:
+    # the packed pending forecasts keep None apart from any number; a record holding one
+    # is not scored
+    m = Auto(candidates=(Ewma(), _Silent()), horizon_s=10.0)
+    m = m.update(0.0, 5.0)
+    assert [(p.t_made, p.t_target, p.values) for p in m.pending] == [(0.0, 10.0, (5.0, None))]
+    for t in range(1, 12):
+        m = m.update(float(t), 5.0)
+    assert m.scored == 0  # the only due records held a None
+    assert [p.t_made for p in m.pending] == [5.0, 10.0]
+    both = Auto(candidates=(Ewma(), Holt()), horizon_s=10.0)
+    for t in range(12):
+        both = both.update(float(t), 5.0)
+    assert both.scored == 1 and both.pending[0].values == (5.0, 5.0)

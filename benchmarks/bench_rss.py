@@ -2,7 +2,7 @@
 
 Usage:
     nice -n 10 .venv/bin/python benchmarks/bench_rss.py [--targets 1000] [--ticks 32]
-        [--step 2] [--variants now] [--trace]
+        [--step 2] [--baseline REV ...] [--variants now [now+NAME=VALUE ...]] [--trace]
 
 One process is the cluster (as in bench_scale.py): the local Kubernetes API endpoint with
 N Deployments, N x 8 Ready pods and N LLMAutoscalers, and every pod's /metrics on its own
@@ -42,7 +42,10 @@ JSON string the pod record keeps counts for the informer cache, not for ``json``
 ``--variants`` names implementations measured side by side against the same cluster:
 ``now`` (the working tree) and ``before`` (the modules in `BEFORE`, copied under
 benchmarks/baseline/ from the commit named in their file names, and kubernetes_asyncio's
-client imported whole before `autoscaler`, which leaves autoscaler/_lazy_kube.py off).
+client imported whole before `autoscaler`, which leaves autoscaler/_lazy_kube.py off);
+a variant may add environment settings of its child (``now+PYTHONMALLOC=malloc``).
+``--baseline REV ...`` measures those revisions first (their ``autoscaler`` package from
+``git archive``, benchmarks/revisions.py, first on the child's PYTHONPATH).
 
 Prints tables; writes benchmarks/results/rss.json (one entry per ``--targets``).
 """
@@ -739,9 +742,10 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["now"])
     parser.add_argument(
         "--baseline",
-        default=None,
-        help="a git revision measured first, as its own variant (its autoscaler package "
-        "extracted with git archive, first on the child's PYTHONPATH)",
+        nargs="*",
+        default=[],
+        help="git revisions measured first, each as its own variant (its autoscaler "
+        "package extracted with git archive, first on the child's PYTHONPATH)",
     )
     parser.add_argument("--trace", action="store_true", help="also a tracemalloc run per variant")
     parser.add_argument(
@@ -769,8 +773,8 @@ def main() -> None:
             if args.baseline:
                 from revisions import extract, short_rev
 
-                rev = short_rev(args.baseline)
-                variants.insert(0, (rev, extract(rev, Path(tmp) / "baseline")))
+                revs = [short_rev(rev) for rev in args.baseline]
+                variants[:0] = [(rev, extract(rev, Path(tmp) / rev)) for rev in revs]
             for variant, baseline in variants:
                 results[variant] = run_child(url, variant, args, trace=False, baseline=baseline)
                 print(f"{variant}: {json.dumps(results[variant])}", file=sys.stderr, flush=True)

@@ -14,6 +14,7 @@ static-peak size. Prints a table and writes ``benchmarks/results/variants.json``
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -90,6 +91,20 @@ def _scale_down_rules(policy: Policy, **update: Any) -> Policy:
     return policy.model_copy(update={"behavior": Behavior(scale_down=rules)})
 
 
+def _scale_up(policy: Policy, window_s: int) -> Policy:
+    """``policy`` with a scale-up stabilisation window (its scale-down rules kept)."""
+    behavior = policy.behavior.model_copy(
+        update={"scale_up": ScalingRules(stabilization_window_seconds=window_s)}
+    )
+    return policy.model_copy(update={"behavior": behavior})
+
+
+def _forecaster(policy: Policy, name: str) -> Policy:
+    assert policy.prediction is not None
+    pred = policy.prediction.model_copy(update={"forecaster": name})
+    return policy.model_copy(update={"prediction": pred})
+
+
 def _floor(policy: Policy, replicas: int) -> Policy:
     return policy.model_copy(update={"min_replica_count": replicas})
 
@@ -107,11 +122,28 @@ VARIANTS: dict[str, Callable[[], Policy]] = {
         ours_policy(), policies=(ScalingPolicy(type="Pods", value=1, period_seconds=60),)
     ),
     "minReplicaCount 28": lambda: _floor(ours_policy(), 28),
+    # noise filters for a smooth, heavy-tailed prefill load (long-context chat x4)
+    "forecaster ewma": lambda: _forecaster(ours_policy(), "ewma"),
+    "prediction off": lambda: ours_policy().model_copy(update={"prediction": None}),
+    "scale-up window 60 s": lambda: _scale_up(ours_policy(), 60),
+    "scale-up window 120 s": lambda: _scale_up(ours_policy(), 120),
+    "scale-up window 120 s + scale-down 300 s": lambda: _scale_up(
+        _scale_down(ours_policy(), 300), 120
+    ),
+    "scale-up window 300 s": lambda: _scale_up(ours_policy(), 300),
+    "scale-down off": lambda: _scale_down_rules(ours_policy(), select_policy="Disabled"),
+    "scale-down off + scale-up window 120 s": lambda: _scale_up(
+        _scale_down_rules(ours_policy(), select_policy="Disabled"), 120
+    ),
+    "scale-down off + scale-up window 300 s": lambda: _scale_up(
+        _scale_down_rules(ours_policy(), select_policy="Disabled"), 300
+    ),
+    "scale-down window 1800 s": lambda: _scale_down(ours_policy(), 1800),
 }
 
 
-def _one(args: tuple[str, str]) -> dict[str, Any]:
-    label, variant = args
+def _one(args: tuple[str, str, int | None]) -> dict[str, Any]:
+    label, variant, start = args
     trace = next(t for name, t, _ in scenarios(False) if name == label)
     profile, slo = setup(label)
     cluster = ClusterConfig(profile=get_profile(profile))
@@ -120,7 +152,8 @@ def _one(args: tuple[str, str]) -> dict[str, Any]:
         s = simulate(trace, fleet, cluster, slo_ttft_s=slo, seed=SEED).summary()
     else:
         policy = VARIANTS[variant]()
-        autoscaler = ours(initial_replicas(trace, STATIC[label]), policy=policy, slo_ttft_s=slo)
+        initial = initial_replicas(trace, STATIC[label]) if start is None else start
+        autoscaler = ours(initial, policy=policy, slo_ttft_s=slo)
         s = simulate(trace, autoscaler, cluster, slo_ttft_s=slo, seed=SEED).summary()
     return {
         "scenario": label,
@@ -153,18 +186,26 @@ def main() -> int:
         default="",
         help="A..B: also run fixed fleets of A..B replicas and say which dominate a variant",
     )
+    ap.add_argument(
+        "--initial-replicas",
+        type=int,
+        default=None,
+        help="start every variant at N replicas instead of the benchmarks' rule (a "
+        "diagnostic: how much of a variant's GPU-hours is its start)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "variants.json")
     args = ap.parse_args()
     fleets = [f"{FLEET}{n}" for n in parse_static_sweep(args.fleets)] if args.fleets else []
     labels = [x.strip() for x in args.scenarios.split(",") if x.strip()]
-    names = [x.strip() for x in args.variants.split(",") if x.strip()] or list(VARIANTS)
+    # names may hold ", " themselves: only a comma not followed by a space separates
+    names = [x.strip() for x in re.split(r",(?! )", args.variants) if x.strip()] or list(VARIANTS)
     for x in labels:
         if x not in STATIC:
             raise SystemExit(f"--scenarios: value {x!r} must be one of {', '.join(STATIC)}")
     for x in names:
         if x not in VARIANTS:
             raise SystemExit(f"--variants: value {x!r} must be one of {', '.join(VARIANTS)}")
-    jobs = [(label, v) for v in names + fleets for label in labels]
+    jobs = [(label, v, args.initial_replicas) for v in names + fleets for label in labels]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         runs = list(pool.map(_one, jobs))
     by = {(r["scenario"], r["variant"]): r for r in runs}
@@ -189,7 +230,8 @@ def main() -> int:
             "command": "python benchmarks/bench_variants.py"
             + (f" --scenarios {args.scenarios!r}" if labels != list(DEFAULT_SCENARIOS) else "")
             + (f" --variants {args.variants!r}" if args.variants else "")
-            + (f" --fleets {args.fleets}" if args.fleets else ""),
+            + (f" --fleets {args.fleets}" if args.fleets else "")
+            + (f" --initial-replicas {args.initial_replicas}" if args.initial_replicas else ""),
             "seed": SEED,
             "runs": runs,
             "markdown": "\n".join(rows),

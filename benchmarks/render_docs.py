@@ -3,8 +3,10 @@
 Reads ``benchmarks/results/policies.json`` and ``oracle.json`` (``bench_policies.py`` and
 ``bench_oracle.py``) and rewrites the text between the ``<!-- BEGIN policies -->`` /
 ``<!-- END policies -->`` markers: per scenario the table (policies and the fixed fleets
-run beside ``ours``), ``ours``' Pareto verdicts, then the issue-18 checks. Nothing in that
-section is typed by hand, so a figure there is always the last run's.
+run beside ``ours``), ``ours``' Pareto verdicts, then the issue-18 checks, the held-out
+seed, the seed spread (``seeds.json``), the cold-start/SLO sensitivity
+(``sensitivity.json``) and the simulator speed (``policies.json``'s timing). Nothing in
+that section is typed by hand, so a figure there is always the last run's.
 
     .venv/bin/python benchmarks/render_docs.py
 """
@@ -111,6 +113,44 @@ def held_out_md(doc: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def speed_md(doc: dict[str, Any]) -> str:
+    """The all-policy run on the 1-hour conv trace, timed by ``bench_policies.py``."""
+    t = doc["timing"]
+    per = ", ".join(f"{k} {v:.2f}" for k, v in t["per_policy_s"].items())
+    return (
+        f"Every policy ({len(t['per_policy_s'])}) on the 1-hour conv trace ({t['requests']} "
+        f"requests), one process ({doc['machine'].split(',')[0]}, on the shared 2-core machine "
+        f"while other jobs ran, so an upper bound): **{t['all_policies_s']:.2f} s** "
+        f"for the runs plus {t['static_sizing_s']:.2f} s for the static-peak sizing search = "
+        f"{t['total_s']:.2f} s. Per policy (s): {per}. The `ours` rows cost most: they call "
+        "the decision core and the planner every second."
+    )
+
+
+def extra_sections() -> list[str]:
+    """Seed spread, sensitivity and simulator speed, each when its results file exists."""
+    parts: list[str] = []
+    seeds = RESULTS / "seeds.json"
+    if seeds.exists():
+        d = json.loads(seeds.read_text())
+        parts.append(
+            f"### Seed spread (`{d['command']}`)\n\n"
+            "The same scenario under several cluster seeds (cold-start and node-provisioning "
+            "draws): how much of a headline number is the simulator's luck.\n\n" + d["markdown"]
+        )
+    sens = RESULTS / "sensitivity.json"
+    if sens.exists():
+        d = json.loads(sens.read_text())
+        parts.append(
+            f"### Cold-start and SLO sensitivity (`{d['command']}`)\n\n"
+            "Cold start = warm-node median (every phase of the default model scaled); "
+            "static-peak re-sized per SLO; the business day is the 3 h one; seed "
+            f"{d['seed']}, {d['profile']}. Wall time {d['wall_s']:g} s ({d['machine']}).\n\n"
+            + d["markdown"]
+        )
+    return parts
+
+
 def main() -> int:
     policies = json.loads((RESULTS / "policies.json").read_text())["scenarios"]
     oracle_path = RESULTS / "oracle.json"
@@ -145,6 +185,10 @@ def main() -> int:
             + "\n\n"
             + held_out_md(held_doc)
         )
+    parts += extra_sections()
+    pol_doc = json.loads((RESULTS / "policies.json").read_text())
+    if "timing" in pol_doc:
+        parts.append("### Simulator speed\n\n" + speed_md(pol_doc))
     body = "\n\n".join(parts)
     text = DOC.read_text()
     if BEGIN not in text or END not in text:

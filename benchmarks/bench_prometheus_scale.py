@@ -7,7 +7,7 @@ the rows already there)
 Before/after: --baseline REV [--rounds 2] runs that git revision's controller (its
 ``autoscaler`` package from ``git archive``, first on PYTHONPATH) and this tree's
 alternately against the same cluster and Prometheus, ``--rounds`` times each; medians
-side by side (writes benchmarks/results/prometheus_scale_vs_baseline.json).
+side by side (writes benchmarks/results/prometheus_scale_vs_baseline_<real|fake>.json).
 
 Processes, each measured on its own (``/proc/<pid>/stat``):
 - the cluster: the local Kubernetes API endpoint (`LocalKubeAPI`) holding N Deployments,
@@ -862,7 +862,7 @@ def compare(
         markdown += part + "\n"
         document["by_targets"][str(n)] = {"rows": out, "raw": {"before": before, "after": after}}
     document["markdown"] = markdown
-    out_path = RESULTS.with_name("prometheus_scale_vs_baseline.json")
+    out_path = RESULTS.with_name(f"prometheus_scale_vs_baseline_{args.prometheus}.json")
     out_path.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote {out_path}", file=sys.stderr)
 

@@ -89,14 +89,17 @@ def _deep_size(obj: Any, seen: set[int]) -> int:
         size += sum(_deep_size(k, seen) + _deep_size(v, seen) for k, v in obj.items())
     elif isinstance(obj, tuple | list):
         size += sum(_deep_size(v, seen) for v in obj)
+    else:  # a slotted object (the capacity books since rss2): what its slots hold
+        for name in getattr(type(obj), "__slots__", ()):
+            size += _deep_size(getattr(obj, name, None), seen)
     return size
 
 
 def _books_bytes(capacity: Any) -> int:
-    """The capacity estimator's books (both orders), as sys.getsizeof sees them."""
+    """The capacity estimator's books (both orders where kept), as sys.getsizeof sees them."""
     seen: set[int] = set()
     names = ("sustained", "violating", "sorted_sustained", "sorted_violating")
-    return sum(_deep_size(getattr(capacity, n), seen) for n in names)
+    return sum(_deep_size(getattr(capacity, n, {}), seen) for n in names)
 
 
 def _worker(args: argparse.Namespace) -> dict[str, Any]:

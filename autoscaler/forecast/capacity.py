@@ -13,21 +13,25 @@ SLO, and more replicas would not make it faster. So a tick whose latency is near
 the SLO counts only when the queue signal (``waiting``) shows queued requests; without
 that reading (missing, never zero) the tick counts as before.
 
-Memory (issue 16): each book is an ``array('d')`` of up to ``window`` samples, kept
-twice (in arrival order and sorted): 8 bytes per sample per copy, where a tuple of
-Python floats and its sorted list took ~40. A state transition copies the books it
-changes (a memcpy) and never mutates a buffer an older state holds, so earlier states
-stay valid (they may be kept and compared).
+Memory (issue 16): each book (`Book`) holds its up to ``window`` samples once, sorted
+(``array('d')``, what a quantile reads), each with its arrival number beside it
+(``array('H')``, 2 bytes, modulo 65,536): 10 bytes per sample, where the book in arrival
+order plus its sorted copy took 16 and a tuple of Python floats with its sorted list ~40.
+The oldest sample is the one whose number is the book's end minus its length, found by a
+C scan of the numbers. A state transition copies the books it changes (two memcpy) and
+never mutates a buffer an older state holds, so earlier states stay valid (they may be
+kept and compared).
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left, insort
-from collections.abc import Mapping, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import overload
 
 from autoscaler.forecast.robust import check_finite, check_positive, evolve, quantile_sorted
 
@@ -59,18 +63,11 @@ class CapacityEstimator:
     queue_signal: str = "waiting"
     min_queue: float = 1.0  # queued requests (all pods) for latency to count as load
     # Per signal, the last ``window`` per-replica samples in arrival order (any float
-    # sequence when built by hand; ``array('d')`` once observed).
+    # sequence when built by hand; a `Book`, sorted inside, once observed).
     sustained: Mapping[str, Sequence[float]] = field(default_factory=dict)
     violating: Mapping[str, Sequence[float]] = field(default_factory=dict)
     last_t: float | None = None
-    # Derived, never compared: the books sorted (kept incrementally by `observe`, so a
-    # quantile is two reads instead of a sort) and `capacities()` once computed.
-    sorted_sustained: Mapping[str, Sequence[float]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
-    sorted_violating: Mapping[str, Sequence[float]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+    # Derived, never compared: `capacities()` once computed.
     caps_cache: Mapping[str, float] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -104,8 +101,6 @@ class CapacityEstimator:
         queued = queue is None or not math.isfinite(queue) or queue >= self.min_queue
         sustained = dict(self.sustained)
         violating = dict(self.violating)
-        sorted_s = dict(self.sorted_sustained)
-        sorted_v = dict(self.sorted_violating)
         for name in set(self.fallback) | set(DEFAULT_CAPACITY_SIGNALS):
             value = signals.get(name)
             if value is None or not math.isfinite(value) or value < 0:
@@ -119,27 +114,19 @@ class CapacityEstimator:
                 continue  # light load proves nothing about the limit
             if not ok and not queued:
                 continue  # slow without a queue: the requests' own size, not the load
-            book, ordered = (sustained, sorted_s) if ok else (violating, sorted_v)
-            old = book.get(name, ())
-            new, gone = _appended(old, per_replica, self.window)
-            book[name] = new
-            ordered[name] = _sorted_after(ordered.get(name), old, gone, per_replica)
-        return evolve(
-            self,
-            sustained=sustained,
-            violating=violating,
-            last_t=t,
-            sorted_sustained=sorted_s,
-            sorted_violating=sorted_v,
-            caps_cache=None,
-        )
+            books = sustained if ok else violating
+            old = books.get(name)
+            if not isinstance(old, Book):
+                old = Book.of(() if old is None else old, self.window)
+            books[name] = old.appended(per_replica, self.window)
+        return evolve(self, sustained=sustained, violating=violating, last_t=t, caps_cache=None)
 
     def capacity(self, name: str) -> float | None:
         """Per-replica capacity for ``name``, or ``None`` when neither learned nor set."""
         threshold = self.fallback.get(name)
         seen = self.sustained.get(name, ())
         learned = (
-            quantile_sorted(_ordered(self.sorted_sustained, name, seen), self.quantile)
+            quantile_sorted(_ordered(seen), self.quantile)
             if len(seen) >= self.min_samples
             else None
         )
@@ -148,7 +135,7 @@ class CapacityEstimator:
         value = max(x for x in (learned, threshold) if x is not None)
         bad = self.violating.get(name, ())
         if len(bad) >= self.min_samples:
-            ordered = _ordered(self.sorted_violating, name, bad)
+            ordered = _ordered(bad)
             ceiling = quantile_sorted(ordered, self.violation_quantile)
             if ceiling > 0:
                 value = min(value, ceiling)
@@ -168,42 +155,88 @@ class CapacityEstimator:
         return dict(self.caps_cache)
 
 
-def _ordered(
-    books: Mapping[str, Sequence[float]], name: str, book: Sequence[float]
-) -> Sequence[float]:
-    """``book`` in ascending order: the kept copy, or sorted now (an estimator built by
+def _ordered(book: Sequence[float]) -> Sequence[float]:
+    """``book`` in ascending order: a `Book`'s own, or sorted now (an estimator built by
     hand, without `observe`)."""
-    kept = books.get(name)
-    return kept if kept is not None and len(kept) == len(book) else sorted(book)
+    return book.ordered if isinstance(book, Book) else sorted(book)
 
 
-def _appended(
-    old: Sequence[float], added: float, window: int
-) -> tuple[array[float], Sequence[float]]:
-    """A new book: ``old`` + ``added``, its oldest samples dropped to hold ``window``;
-    and the dropped samples. ``old`` is left alone (an older state holds it)."""
-    new = old.__copy__() if isinstance(old, array) else array("d", old)  # exact size
-    excess = len(new) + 1 - window
-    gone: Sequence[float] = ()
-    if excess > 0:
-        gone = new[:excess]
-        del new[:excess]  # shrinks in place: the append below needs no reallocation
-    new.append(added)
-    return new, gone
+_MAX_SEQ = 1 << 16  # arrival numbers are kept modulo this ('H'); larger windows use 'Q'
 
 
-def _sorted_after(
-    kept: Sequence[float] | None, old: Sequence[float], gone: Sequence[float], added: float
-) -> array[float]:
-    """The ascending copy of ``old`` + ``added`` minus ``gone`` (what fell out of the
-    window): deletions and one insertion, not a sort (``kept`` is ``old`` sorted).
-    Deleting the leftmost equal sample and inserting right of the equal ones commute,
-    so the result is the one the sorted list gave, bit for bit."""
-    if kept is not None and len(kept) == len(old):
-        ordered = kept.__copy__() if isinstance(kept, array) else array("d", kept)
-    else:
-        ordered = array("d", sorted(old))
-    for value in gone:
-        del ordered[bisect_left(ordered, value)]
-    insort(ordered, added)
-    return ordered
+class Book(Sequence[float]):
+    """The last ``window`` samples of one signal: a read-only sequence in arrival order,
+    stored sorted (``ordered``) with each sample's arrival number (``seqs``, modulo
+    ``_MAX_SEQ`` or 2**64) beside it; ``end`` is the number the next sample gets.
+    Never mutated once built: `appended` returns a new book."""
+
+    __slots__ = ("end", "ordered", "seqs")
+
+    def __init__(self, ordered: array[float], seqs: array[int], end: int) -> None:
+        self.ordered = ordered
+        self.seqs = seqs
+        self.end = end
+
+    @staticmethod
+    def of(samples: Sequence[float], window: int) -> Book:
+        """A book of ``samples`` (arrival order), its oldest dropped to hold ``window``."""
+        book = Book(array("d"), array("H" if window < _MAX_SEQ else "Q"), 0)
+        for value in samples:
+            book = book.appended(value, window)
+        return book
+
+    def _modulus(self) -> int:
+        return _MAX_SEQ if self.seqs.typecode == "H" else 1 << 64
+
+    def appended(self, added: float, window: int) -> Book:
+        """A new book: this one + ``added``, its oldest samples dropped to hold ``window``.
+        The sorted samples come out as deleting the leftmost equal sample and inserting
+        right of the equal ones gave (what the sorted list gave), bit for bit: equal
+        floats are the same bits except 0.0 and -0.0, and those are deleted leftmost."""
+        ordered = self.ordered.__copy__()  # exact size
+        seqs = self.seqs.__copy__()
+        modulus = self._modulus()
+        excess = len(ordered) + 1 - window
+        if excess > 0:
+            oldest = (self.end - len(ordered)) % modulus
+            for k in range(excess):
+                at = seqs.index((oldest + k) % modulus)
+                del ordered[bisect_left(ordered, ordered[at])]
+                del seqs[at]
+        at = bisect_right(ordered, added)
+        ordered.insert(at, added)
+        seqs.insert(at, self.end)
+        return Book(ordered, seqs, (self.end + 1) % modulus)
+
+    def _arrival(self) -> list[float]:
+        n = len(self.ordered)
+        modulus = self._modulus()
+        oldest = self.end - n
+        out = [0.0] * n
+        for value, seq in zip(self.ordered, self.seqs, strict=True):
+            out[(seq - oldest) % modulus] = value
+        return out
+
+    def __len__(self) -> int:
+        return len(self.ordered)
+
+    @overload
+    def __getitem__(self, index: int) -> float: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[float]: ...
+    def __getitem__(self, index: int | slice) -> float | list[float]:
+        return self._arrival()[index]
+
+    def __iter__(self) -> Iterator[float]:
+        return iter(self._arrival())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Book):
+            return self._arrival() == other._arrival()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._arrival()))
+
+    def __repr__(self) -> str:
+        return f"Book({self._arrival()!r})"

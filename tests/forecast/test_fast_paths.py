@@ -3,15 +3,17 @@ quantile, dataclasses.replace, capacities recomputed on every read."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import random
+import struct
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from autoscaler.forecast.capacity import CapacityEstimator
+from autoscaler.forecast.capacity import Book, CapacityEstimator
 from autoscaler.forecast.coldstart import ColdStartEstimator
 from autoscaler.forecast.models import Holt
 from autoscaler.forecast.robust import evolve, quantile_sorted
@@ -121,8 +123,52 @@ def test_older_capacity_states_keep_their_books_when_newer_ones_observe() -> Non
     for i, state in enumerate(states):
         kept = [30.0 + k for k in range(max(0, i - 3), i + 1)]
         assert list(state.sustained["running"]) == kept
-        assert list(state.sorted_sustained["running"]) == kept
+        assert list(state.sustained["running"].ordered) == kept  # type: ignore[attr-defined]
         assert state.capacity("running") == float(np.quantile(kept, 0.9))
+
+
+@pytest.mark.parametrize("window", [1, 3, 25])
+def test_a_book_keeps_the_window_in_arrival_order_and_sorted_as_the_lists_did(
+    window: int,
+) -> None:
+    # The reference is the previous structure: the window in arrival order and its sorted
+    # copy kept by deleting the leftmost equal sample and inserting right of the equal ones.
+    rng = random.Random(window)
+    pool = [0.0, -0.0, 1.5, 2.25, 1e-300, 7.0, 1e300]
+    book = Book.of((), window)
+    arrival: list[float] = []
+    ordered: list[float] = []
+    for _ in range(400):
+        value = rng.choice(pool) if rng.random() < 0.5 else rng.uniform(0.0, 10.0)
+        older, before = book, list(book)
+        book = book.appended(value, window)
+        arrival.append(value)
+        ordered.insert(bisect.bisect_right(ordered, value), value)
+        if len(arrival) > window:
+            gone = arrival.pop(0)
+            del ordered[bisect.bisect_left(ordered, gone)]
+        assert [struct.pack("<d", v) for v in book.ordered] == [
+            struct.pack("<d", v) for v in ordered
+        ]  # bit for bit, the sign of zero included
+        assert list(book) == arrival and len(book) == len(arrival)
+        assert book[-1] == value and book[0] == arrival[0]
+        assert list(older) == before  # an older state keeps its book
+
+
+def test_a_book_s_arrival_numbers_wrap_around_without_losing_the_order() -> None:
+    book = Book.of((), 3)
+    for i in range(70_000):  # more appends than 2**16 arrival numbers
+        book = book.appended(float(i % 5), 3)
+    assert list(book) == [float(i % 5) for i in range(69_997, 70_000)]
+    assert list(book.ordered) == sorted(book)
+    assert book.seqs.typecode == "H"
+    assert Book.of((), 1 << 16).seqs.typecode == "Q"  # a larger window: 8-byte numbers
+
+
+def test_a_book_built_from_a_hand_built_sequence_drops_the_oldest_to_hold_the_window() -> None:
+    assert list(Book.of((4.0, 1.0, 3.0, 2.0), 3)) == [1.0, 3.0, 2.0]
+    assert Book.of((1.0, 2.0), 5) == Book.of((1.0, 2.0), 5)
+    assert Book.of((1.0, 2.0), 5) != Book.of((2.0, 1.0), 5)
 
 
 def test_the_controller_imports_without_numpy() -> None:

@@ -6,7 +6,28 @@ import logging
 import sys
 from typing import Literal, TextIO
 
-import structlog
+
+def _import_structlog_without_rich() -> None:
+    """structlog.dev imports rich and through it pygments (~3 MB of RSS in every
+    controller process, issue 16) when rich is installed, only for its pretty tracebacks,
+    which this configuration never asks for: ``format_exc_info`` renders an exception to
+    text before either renderer sees it. rich stays importable afterwards (the demo and
+    the simulator's report use it)."""
+    if "structlog" in sys.modules:
+        return
+    block = "rich" not in sys.modules
+    if block:
+        sys.modules["rich"] = None  # type: ignore[assignment]  # ImportError inside structlog
+    try:
+        import structlog  # noqa: F401
+    finally:
+        if block and sys.modules.get("rich", False) is None:
+            del sys.modules["rich"]
+
+
+_import_structlog_without_rich()
+
+import structlog  # noqa: E402
 
 LogFormat = Literal["auto", "json", "console"]
 

@@ -20,6 +20,7 @@ import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from sys import intern
 from types import MappingProxyType
 from typing import Literal, Protocol
 
@@ -341,19 +342,19 @@ class Planner:
         for name, model in self.models.items():
             now = model.predict(t, 0.0)
             if now is not None:
-                n[f"forecast.{name}.now"] = now
+                n[intern(f"forecast.{name}.now")] = now
             if isinstance(model, Auto):
                 for cand, err in model.errors().items():
-                    n[f"forecast.{name}.wape.{cand}"] = err
+                    n[intern(f"forecast.{name}.wape.{cand}")] = err
         for name, load in self.loads.items():
             level = load.predict(t, 0.0)
             if level is not None:
-                n[f"forecast.{name}.now"] = level
+                n[intern(f"forecast.{name}.now")] = level
         for name, value in predicted.items():
-            n[f"forecast.{name}.predicted"] = value
+            n[intern(f"forecast.{name}.predicted")] = value
         for name, cap in caps.items():
-            n[f"capacity.{name}.per_replica"] = cap
-            n[f"capacity.{name}.learned"] = float(self.capacity.learned(name))
+            n[intern(f"capacity.{name}.per_replica")] = cap
+            n[intern(f"capacity.{name}.learned")] = float(self.capacity.learned(name))
         return n
 
 

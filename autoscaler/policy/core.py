@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from sys import intern
 
 from autoscaler.domain import (
     Decision,
@@ -388,9 +389,9 @@ def decide(
         assert obs.forecast is not None
         numbers["forecast_horizon_s"] = obs.forecast.horizon_s
         for name, value in obs.forecast.signals.items():
-            numbers[f"forecast.{name}"] = value
+            numbers[intern(f"forecast.{name}")] = value
         for name, value in obs.forecast.capacity_per_replica.items():
-            numbers[f"capacity.{name}.per_replica"] = value
+            numbers[intern(f"capacity.{name}.per_replica")] = value
     active = any(r.active for r in recs)
     if active:
         state = replace(state, last_active_t=now)

@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import inspect
 import json
 import math
 import multiprocessing
@@ -182,7 +183,8 @@ async def measure(
     # what `llm-autoscaler run` does once started, as far as the code measured has it
     tune = _run_module_attr("tune_gc")
     if tune is not None:
-        tune()
+        # since the GC pacer, tune_gc takes the controller (its loop's ticks pace the GC)
+        tune(ctl) if inspect.signature(tune).parameters else tune()
     samples: list[dict[str, float]] = []
     try:
         await asyncio.sleep(args.warmup)

@@ -9,20 +9,21 @@ import gc
 import signal
 import sys
 from collections.abc import Callable, Coroutine
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from autoscaler.commands.gc_pacing import BACKSTOP_THRESHOLDS, GcPacer
 from autoscaler.errors import AutoscalerError
 from autoscaler.settings import Settings
 
+if TYPE_CHECKING:
+    from autoscaler.app import Controller
+
 _T = TypeVar("_T")
 EVENT_LOOPS: Final = ("auto", "uvloop", "asyncio")
-# Young-generation threshold of the cyclic GC once the controller runs (CPython's default
-# is 700). A tick allocates and frees tens of thousands of objects per 1,000 scrapes
-# (pages, snapshots, coroutines); at 700 the collector runs ~16 times a second mid-tick
-# and promotes those short-lived objects to the old generations, whose full collections
-# then walk the whole heap (~200 ms each at 100 targets): ~17% of the controller's CPU
-# (benchmarks/bench_scale.py, gc_ms_per_s). At this threshold a tick's objects are freed
-# by reference counting before a collection starts; the steady state creates few cycles.
+# The cyclic GC once the controller runs without a control loop to pace it (CPython's
+# default young threshold is 700: ~16 collections a second mid-tick, promoting each
+# tick's short-lived objects, ~17% of the CPU at 100 targets). With a control loop,
+# `tune_gc` paces the young collections between ticks instead (gc_pacing.py).
 GC_THRESHOLDS: Final = (50_000, 20, 20)
 
 DESCRIPTION = """\
@@ -116,15 +117,26 @@ def run_loop(main: Coroutine[Any, Any, _T], choice: str = "auto") -> _T:
         return runner.run(main)
 
 
-def tune_gc() -> None:
+def tune_gc(controller: Controller | None = None) -> GcPacer | None:
     """Once the controller has started: collect once, move every object alive now
     (modules, settings, clients) out of the collector's sight (`gc.freeze`: they are
-    never walked again), raise the young-generation threshold (GC_THRESHOLDS) and give
-    the start-up's freed memory back (`release_free_memory`)."""
+    never walked again) and give the start-up's freed memory back
+    (`release_free_memory`). With a controller whose control loop runs here, the young
+    collections run between its ticks (`GcPacer`, returned) and the automatic collector
+    only past the backstop (BACKSTOP_THRESHOLDS); otherwise the young threshold is
+    raised to GC_THRESHOLDS."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
+    loop = controller.loop if controller is not None else None
+    pacer = None
+    if loop is not None:
+        pacer = GcPacer()
+        loop.after_tick = pacer.between_ticks
+        gc.set_threshold(*BACKSTOP_THRESHOLDS)
+    else:
+        gc.set_threshold(*GC_THRESHOLDS)
     release_free_memory()
+    return pacer
 
 
 # How often the running controller hands glibc's free pages back to the system.
@@ -199,7 +211,7 @@ async def _main(args: argparse.Namespace) -> int:
     trimmer: asyncio.Task[None] | None = None
     try:
         await controller.start()
-        tune_gc()
+        tune_gc(controller)
         trimmer = asyncio.create_task(release_free_memory_every(), name="malloc-trim")
         await stop.wait()
     finally:

@@ -60,21 +60,25 @@ POLICY = {
 
 
 # ----------------------------------------------------------------------------- cluster
-def serve_cluster(targets: int, pods: int, ready_file: str, stats_file: str) -> None:
+def serve_cluster(
+    targets: int, pods: int, ready_file: str, stats_file: str, pages: int, wrap: bool
+) -> None:
     """The other process: the local API endpoint and every pod's metrics server."""
-    asyncio.run(_serve_cluster(targets, pods, Path(ready_file), Path(stats_file)))
+    asyncio.run(_serve_cluster(targets, pods, Path(ready_file), Path(stats_file), pages, wrap))
 
 
-async def _serve_cluster(targets: int, pods: int, ready: Path, stats: Path) -> None:
+async def _serve_cluster(
+    targets: int, pods: int, ready: Path, stats: Path, pages: int, wrap: bool
+) -> None:
     from autoscaler.kube.localapi import LocalKubeAPI
     from autoscaler.policy.schema import load_policy
 
     loop = asyncio.get_running_loop()
-    responses = variants()
+    responses = variants(pages)
     protocols: list[_Pod] = []
 
     def factory() -> _Pod:
-        p = _Pod(responses)
+        p = _Pod(responses, wrap)
         protocols.append(p)
         return p
 
@@ -182,9 +186,10 @@ async def measure(
     await ctl.start()
     # what `llm-autoscaler run` does once started, as far as the code measured has it
     tune = _run_module_attr("tune_gc")
+    pacer = None
     if tune is not None:
         # since the GC pacer, tune_gc takes the controller (its loop's ticks pace the GC)
-        tune(ctl) if inspect.signature(tune).parameters else tune()
+        pacer = tune(ctl) if inspect.signature(tune).parameters else tune()
     samples: list[dict[str, float]] = []
     try:
         await asyncio.sleep(args.warmup)
@@ -248,6 +253,7 @@ async def measure(
         "gc_ms_per_s": round(1000 * sum(gc_s) / wall, 1),
         "minor_faults_per_s": round(faults / wall),
         "gc_collections_by_generation": gc_n,
+        "gc_paced_collections": getattr(pacer, "collections", None),  # of those, since start
         "gc_ms_by_generation": [round(1000 * x, 1) for x in gc_s],
         "gc_collected_by_generation": list(gc_found),
         "rss_mb_end": samples[-1]["rss_mb"],
@@ -269,13 +275,26 @@ def _run_module_attr(name: str) -> Any:
     return getattr(run, name, None)
 
 
+def page_variants(args: argparse.Namespace) -> tuple[int, bool]:
+    """How many page variants each pod serves and whether they wrap. By default enough
+    for the whole run at one scrape per second, never wrapping: every pod's counters grow
+    on every scrape and never go back, as on a live vLLM pod. ``--page-variants K`` is
+    the harness before 2026-12-02: K variants cycled, so every pod looked restarted every
+    K scrapes and its window took the counter-reset path."""
+    if args.page_variants:
+        return args.page_variants, True
+    return math.ceil(args.warmup + args.duration) + 120, False
+
+
 def run_one(targets: int, args: argparse.Namespace) -> dict[str, Any]:
     from autoscaler.logging import configure_logging
 
     with tempfile.TemporaryDirectory() as tmp:
         ready, stats = Path(tmp) / "ready.json", Path(tmp) / "stats.json"
         proc = multiprocessing.Process(
-            target=serve_cluster, args=(targets, args.pods, str(ready), str(stats)), daemon=True
+            target=serve_cluster,
+            args=(targets, args.pods, str(ready), str(stats), *page_variants(args)),
+            daemon=True,
         )
         proc.start()
         try:
@@ -338,7 +357,7 @@ def _run_worker(code: Path | None, targets: int, args: argparse.Namespace) -> di
     cmd = [sys.executable, __file__, "--worker", "--targets", str(targets), "--pods"]
     cmd += [str(args.pods), "--warmup", str(args.warmup), "--duration", str(args.duration)]
     cmd += ["--scrape-concurrency", str(args.scrape_concurrency)]
-    cmd += ["--event-loop", args.event_loop]
+    cmd += ["--event-loop", args.event_loop, "--page-variants", str(args.page_variants)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     row: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     expected = str((code or ROOT) / "autoscaler")
@@ -428,6 +447,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=20.0)
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--scrape-concurrency", type=int, default=64)
+    parser.add_argument(
+        "--page-variants",
+        type=int,
+        default=16,
+        help="K > 0: each pod cycles K page variants (counters wrap: the harness before "
+        "2026-12-02); 0: counters grow on every scrape and never wrap",
+    )
     parser.add_argument(
         "--event-loop",
         default="auto",

@@ -52,12 +52,20 @@ DEFAULT_BASELINE = "cc41b84"
 _CUMULATIVE = re.compile(r"^(\S+(?:_bucket|_count|_sum|_total)(?:\{[^}]*\})?) (\S+)$", re.M)
 
 
-def variants() -> list[bytes]:
-    """HTTP responses whose cumulative values grow by 10 per variant (buckets stay monotone)."""
+def variants(count: int = VARIANTS) -> list[bytes]:
+    """``count`` HTTP responses whose cumulative values grow by 10 per variant (buckets
+    stay monotone)."""
+    pieces = _CUMULATIVE.split(PAGE)  # text, name, value, text, name, value, ..., text
+    texts = [t + n + " " for t, n in zip(pieces[0::3], pieces[1::3], strict=False)]
+    base = [float(v) for v in pieces[2::3]]
     out = []
-    for k in range(VARIANTS):
-        page = _CUMULATIVE.sub(lambda m, k=k: f"{m.group(1)} {float(m.group(2)) + 10 * k}", PAGE)
-        body = page.encode()
+    for k in range(count):
+        parts = []
+        for text, value in zip(texts, base, strict=True):
+            parts.append(text)
+            parts.append(str(value + 10 * k))
+        parts.append(pieces[-1])
+        body = "".join(parts).encode()
         head = (
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
@@ -67,10 +75,13 @@ def variants() -> list[bytes]:
 
 
 class _Pod(asyncio.Protocol):
-    """Answers every GET on a kept-alive connection with the next page variant."""
+    """Answers every GET on a kept-alive connection with the next page variant: after the
+    last one, the first again (``wrap``: counters go back, as on a restarted pod) or the
+    last one again (counters stop)."""
 
-    def __init__(self, responses: list[bytes]) -> None:
+    def __init__(self, responses: list[bytes], wrap: bool = True) -> None:
         self.responses = responses
+        self.wrap = wrap
         self.sent = 0
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
@@ -84,7 +95,10 @@ class _Pod(asyncio.Protocol):
         while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
             self.buffer = self.buffer[end + 4 :]
             assert self.transport is not None
-            self.transport.write(self.responses[self.sent % len(self.responses)])
+            n = len(self.responses)
+            self.transport.write(
+                self.responses[self.sent % n if self.wrap else min(self.sent, n - 1)]
+            )
             self.sent += 1
 
 

@@ -450,7 +450,7 @@ def main() -> None:
     parser.add_argument(
         "--page-variants",
         type=int,
-        default=16,
+        default=0,
         help="K > 0: each pod cycles K page variants (counters wrap: the harness before "
         "2026-12-02); 0: counters grow on every scrape and never wrap",
     )

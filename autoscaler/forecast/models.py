@@ -22,6 +22,7 @@ from autoscaler.forecast.robust import (
     check_positive,
     decay,
     evolve,
+    evolver,
 )
 
 
@@ -82,10 +83,12 @@ class Ewma:
             return evolve(self, last_t=t, level=value, filt=evolve(filt, run_sign=0))
         dt = t - self.last_t
         innovation = value - self.level
-        # A sample after a pause longer than tau stands for a stale level: not a spike.
-        clipped = innovation if dt >= self.tau_s else filt.clip(t, dt, innovation, self.level)[0]
+        clipped, new_filt = filt.step(t, dt, innovation, self.level)
+        if dt >= self.tau_s:
+            # A sample after a pause longer than tau stands for a stale level: not a spike.
+            clipped = innovation
         level = max(0.0, self.level + decay(dt, self.tau_s) * clipped)
-        return evolve(self, last_t=t, level=level, filt=filt.update(t, dt, innovation, self.level))
+        return _evolve_ewma(self, last_t=t, level=level, filt=new_filt)
 
     def predict(self, t: float, horizon_s: float) -> float | None:
         _check_horizon(horizon_s)
@@ -144,20 +147,21 @@ class Holt:
         trend = self.trend_per_s if dt <= self.level_tau_s else 0.0
         predicted = self.level + trend * dt
         innovation = value - predicted
-        stale = dt >= self.level_tau_s  # long pause: the prediction, not the sample, is stale
-        clipped = innovation if stale else filt.clip(t, dt, innovation, predicted)[0]
+        clipped, new_filt = filt.step(t, dt, innovation, predicted)
+        if dt >= self.level_tau_s:  # long pause: the prediction, not the sample, is stale
+            clipped = innovation
         alpha = decay(dt, self.level_tau_s)
         level = predicted + alpha * clipped
         # Slope of the level change, smoothed: T += beta * alpha * e / dt (Wright's
         # irregular-interval Holt); alpha/dt stays bounded as dt -> 0.
         trend += decay(dt, self.trend_tau_s) * alpha * clipped / dt
-        return evolve(
+        return _evolve_holt(
             self,
             last_t=t,
             level=max(0.0, level),
             trend_per_s=trend,
             last_clean=max(0.0, predicted + clipped),
-            filt=filt.update(t, dt, innovation, predicted),
+            filt=new_filt,
         )
 
     def trend_horizon_s(self, horizon_s: float) -> float:
@@ -172,6 +176,10 @@ class Holt:
             return None
         ahead = max(0.0, t - self.last_t) + horizon_s
         return max(0.0, self.level + self.trend_per_s * self.trend_horizon_s(ahead))
+
+
+_evolve_ewma = evolver(Ewma)
+_evolve_holt = evolver(Holt)
 
 
 @dataclass(frozen=True, slots=True)

@@ -181,19 +181,27 @@ class Planner:
             value = signals.get(name)
             if value is None:
                 continue
-            load = self.loads.get(name, Ewma(tau_s=self.config.load_tau_s))
+            load = self.loads.get(name)
+            if load is None:
+                load = Ewma(tau_s=self.config.load_tau_s)
             self.loads[name] = load.update(t, _checked(name, value))
             self.latest_load[name] = value
         driver = self._driver()
         rate_now = signals.get(driver) if driver is not None else None
         if rate_now is not None and rate_now >= self.config.min_rate_for_ratio:
             # Both sides smoothed alike, so the ratio stays unbiased through transients.
+            # The denominators see the same rate: signals updated together share one
+            # state object, so it is advanced once per tick (same result, issue 16).
+            old_den: Ewma | None = None
+            new_den = _INTENSITY
             for name in self.config.load_signals:
                 value = signals.get(name)
                 if value is None:
                     continue
                 num, den = self.intensity.get(name, (_INTENSITY, _INTENSITY))
-                self.intensity[name] = (num.update(t, value), den.update(t, rate_now))
+                if den is not old_den:
+                    old_den, new_den = den, den.update(t, rate_now)
+                self.intensity[name] = (num.update(t, value), new_den)
         if ready_replicas is not None:
             self.capacity = self.capacity.observe(t, ready_replicas, signals)
         self.last_t = t
@@ -342,20 +350,32 @@ class Planner:
         for name, model in self.models.items():
             now = model.predict(t, 0.0)
             if now is not None:
-                n[intern(f"forecast.{name}.now")] = now
+                n[_key("forecast.", name, ".now")] = now
             if isinstance(model, Auto):
                 for cand, err in model.errors().items():
-                    n[intern(f"forecast.{name}.wape.{cand}")] = err
+                    n[_key("forecast.", name, ".wape." + cand)] = err
         for name, load in self.loads.items():
             level = load.predict(t, 0.0)
             if level is not None:
-                n[intern(f"forecast.{name}.now")] = level
+                n[_key("forecast.", name, ".now")] = level
         for name, value in predicted.items():
-            n[intern(f"forecast.{name}.predicted")] = value
+            n[_key("forecast.", name, ".predicted")] = value
         for name, cap in caps.items():
-            n[intern(f"capacity.{name}.per_replica")] = cap
-            n[intern(f"capacity.{name}.learned")] = float(self.capacity.learned(name))
+            n[_key("capacity.", name, ".per_replica")] = cap
+            n[_key("capacity.", name, ".learned")] = float(self.capacity.learned(name))
         return n
+
+
+# The interned key of each (prefix, signal, suffix) of `Planner._report`, built once
+# (f-string + intern per key per tick was a tenth of a forecast, issue 16).
+_KEYS: dict[tuple[str, str, str], str] = {}
+
+
+def _key(prefix: str, name: str, suffix: str) -> str:
+    key = _KEYS.get((prefix, name, suffix))
+    if key is None:
+        key = _KEYS[(prefix, name, suffix)] = intern(prefix + name + suffix)
+    return key
 
 
 def _checked(name: str, value: float) -> float:

@@ -166,7 +166,60 @@ class InnovationFilter:
             run_start_t=run_start,
         )
 
+    def step(
+        self, t: float, dt_s: float, innovation: float, level: float
+    ) -> tuple[float, InnovationFilter]:
+        """``(clip(...)[0], update(...))`` in one pass, bit for bit (the band is computed
+        once and the new state built directly: issue 16, a third of a planner tick)."""
+        scale = self.scale
+        if scale is None:
+            return innovation, _evolve_filter(self, scale=abs(innovation))
+        params = self.params
+        band = max(scale, params.min_scale_rel * abs(level), params.min_scale_abs)
+        bound = params.huber_k * band
+        magnitude = abs(innovation)
+        run_start: float | None = None
+        if magnitude <= bound:
+            clipped = innovation
+            sign = 0
+        else:
+            sign = 1 if innovation > 0 else -1
+            old_start = self.run_start_t
+            if sign == self.run_sign and old_start is not None:
+                run_start = old_start
+                if t - old_start >= params.confirm_s:
+                    clipped = innovation  # confirmed level shift: adopt it
+                else:
+                    clipped = math.copysign(bound, innovation)
+                    magnitude = bound
+            else:
+                run_start = t
+                clipped = math.copysign(bound, innovation)
+                if not t - t >= params.confirm_s:
+                    magnitude = bound
+        new = _new(InnovationFilter)
+        _set(new, "params", params)
+        _set(new, "scale", scale + decay(dt_s, params.scale_tau_s) * (magnitude - scale))
+        _set(new, "run_sign", sign)
+        _set(new, "run_start_t", run_start)
+        return clipped, new
+
     def _band_scale(self, level: float) -> float | None:
         if self.scale is None:
             return None
         return max(self.scale, self.params.min_scale_rel * abs(level), self.params.min_scale_abs)
+
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def evolver(cls: type[T]) -> Callable[..., T]:
+    """The generated copier `evolve` uses for ``cls`` (to skip its lookup in hot paths)."""
+    fn = _EVOLVERS.get(cls)
+    if fn is None:
+        fn = _EVOLVERS[cls] = _make_evolver(cls)
+    return fn
+
+
+_evolve_filter = evolver(InnovationFilter)

@@ -51,7 +51,6 @@ import resource
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,7 +63,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fleet import NAMESPACE, populate
-from revisions import extract, short_rev
+from revisions import compared_table, extract, short_rev
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "prometheus_scale.json"
@@ -844,19 +843,13 @@ def compare(
     for n in args.targets:
         before = [r for r in rows if r["targets"] == n and r["variant"] == rev]
         after = [r for r in rows if r["targets"] == n and r["variant"] == head]
-        out = []
-        for label, key in COMPARED:
-            b = round(statistics.median(r[key] for r in before), 3)
-            a = round(statistics.median(r[key] for r in after), 3)
-            out.append({"metric": label, "before": b, "after": a})
-        part = (
-            f"N={n} targets x {PODS} pods, median of {args.rounds} alternating runs\n\n"
-            f"| metric | {rev} | {head} | after / before |\n|---|---|---|---|\n"
-        )
-        part += "".join(
-            f"| {r['metric']} | {r['before']} | {r['after']} | "
-            f"{r['after'] / r['before'] if r['before'] else math.nan:.2f} |\n"
-            for r in out
+        out, part = compared_table(
+            f"N={n} targets x {PODS} pods, median of {args.rounds} alternating runs",
+            before,
+            after,
+            COMPARED,
+            rev,
+            head,
         )
         print(part, flush=True)
         markdown += part + "\n"

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_scrape import _Pod, variants
 from fleet import pod_ip, populate
-from revisions import extract
+from revisions import compared_table, extract
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "scale.json"
@@ -413,20 +413,14 @@ def compare(args: argparse.Namespace) -> None:
             for _ in range(args.rounds):
                 before.append(_run_worker(code, n, args))
                 after.append(_run_worker(current, n, args))
-            table_rows = []
-            for label, key in COMPARED:
-                b = round(statistics.median(r[key] for r in before), 3)
-                a = round(statistics.median(r[key] for r in after), 3)
-                table_rows.append({"metric": label, "before": b, "after": a})
-            part = (
+            table_rows, part = compared_table(
                 f"N={n} targets x {args.pods} pods, median of {args.rounds} alternating runs "
-                f"({before[0]['event_loop']} -> {after[0]['event_loop']})\n\n"
-                f"| metric | {rev} | {head} | after / before |\n|---|---|---|---|\n"
-            )
-            part += "".join(
-                f"| {r['metric']} | {r['before']} | {r['after']} | "
-                f"{r['after'] / r['before'] if r['before'] else math.nan:.2f} |\n"
-                for r in table_rows
+                f"({before[0]['event_loop']} -> {after[0]['event_loop']})",
+                before,
+                after,
+                COMPARED,
+                rev,
+                head,
             )
             print(part, flush=True)
             markdown += part + "\n"

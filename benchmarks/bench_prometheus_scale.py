@@ -63,7 +63,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fleet import NAMESPACE, populate
-from revisions import compared_table, extract, short_rev
+from revisions import compared_table, extract, short_rev, tree_rev
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "prometheus_scale.json"
@@ -768,12 +768,7 @@ def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     command = " ".join(["benchmarks/bench_prometheus_scale.py", *sys.argv[1:]])
-    head = subprocess.run(
-        ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    head = tree_rev()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-prom-") as tmp_s:
         tmp = Path(tmp_s)

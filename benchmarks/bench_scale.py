@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_scrape import _Pod, variants
 from fleet import pod_ip, populate
-from revisions import compared_table, extract
+from revisions import compared_table, extract, short_rev, tree_rev
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "scale.json"
@@ -381,20 +381,8 @@ COMPARED = (
 def compare(args: argparse.Namespace) -> None:
     """``--baseline REV``: that revision's code and this tree, alternately in fresh
     processes, ``--rounds`` times each per N; medians side by side."""
-    rev = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", args.baseline],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    head = subprocess.run(
-        ["git", "-C", str(ROOT), "describe", "--always", "--dirty"]
-        if not args.current
-        else ["git", "-C", str(ROOT), "rev-parse", "--short", args.current],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    rev = short_rev(args.baseline)
+    head = short_rev(args.current) if args.current else tree_rev()
     document: dict[str, Any] = {
         "benchmark": "bench_scale --baseline",
         "command": " ".join(["benchmarks/bench_scale.py", *sys.argv[1:]]),

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from revisions import extract
+from revisions import extract, short_rev, tree_rev
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "tick.json"
@@ -223,18 +223,8 @@ def main() -> None:
     if args.worker:
         print(json.dumps(asyncio.run(_worker(args))))
         return
-    rev = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", args.baseline],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    head = subprocess.run(
-        ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    rev = short_rev(args.baseline)
+    head = tree_rev()
     before: list[dict[str, Any]] = []
     after: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:

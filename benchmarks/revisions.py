@@ -41,6 +41,16 @@ def short_rev(rev: str) -> str:
     ).stdout.strip()
 
 
+def tree_rev() -> str:
+    """The working tree as ``git describe --always --dirty`` names it (the after side)."""
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
 def compared_table(
     title: str,
     before: Sequence[dict[str, Any]],

@@ -115,8 +115,12 @@ class Auto:
         return self if horizon_s == self.horizon_s else evolve(self, horizon_s=horizon_s)
 
     def update(self, t: float, value: float) -> Auto:
-        candidates = tuple(c.update(t, value) for c in self.candidates)
-        if all(n is o for n, o in zip(candidates, self.candidates, strict=True)):
+        old = self.candidates
+        candidates = tuple([c.update(t, value) for c in old])
+        for n, o in zip(candidates, old, strict=True):
+            if n is not o:
+                break
+        else:
             return self  # repeated tick
         state = self._score(t, value)
         if state.last_record_t is None or t - state.last_record_t >= self.record_every_s:

@@ -42,8 +42,9 @@ class Forecaster(Protocol):
 
 def _check_sample(t: float, value: float, last_t: float | None) -> bool:
     """Validate a sample; False for a repeated tick (same ``t``), which is ignored."""
-    check_finite("t", t)
-    check_finite("value", value, minimum=0.0)
+    if not (_isfinite(t) and _isfinite(value) and value >= 0.0):
+        check_finite("t", t)
+        check_finite("value", value, minimum=0.0)
     if last_t is None:
         return True
     if t < last_t:
@@ -52,7 +53,11 @@ def _check_sample(t: float, value: float, last_t: float | None) -> bool:
 
 
 def _check_horizon(horizon_s: float) -> None:
-    check_finite("horizon_s", horizon_s, minimum=0.0)
+    if not (_isfinite(horizon_s) and horizon_s >= 0.0):
+        check_finite("horizon_s", horizon_s, minimum=0.0)
+
+
+_isfinite = math.isfinite
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +92,9 @@ class Ewma:
         if dt >= self.tau_s:
             # A sample after a pause longer than tau stands for a stale level: not a spike.
             clipped = innovation
-        level = max(0.0, self.level + decay(dt, self.tau_s) * clipped)
+        level = self.level + decay(dt, self.tau_s) * clipped
+        if not level > 0.0:  # max(0.0, level)
+            level = 0.0
         return _evolve_ewma(self, last_t=t, level=level, filt=new_filt)
 
     def predict(self, t: float, horizon_s: float) -> float | None:

@@ -175,7 +175,13 @@ class InnovationFilter:
         if scale is None:
             return innovation, _evolve_filter(self, scale=abs(innovation))
         params = self.params
-        band = max(scale, params.min_scale_rel * abs(level), params.min_scale_abs)
+        # max(scale, rel * |level|, abs), as _band_scale (same pick on ties)
+        band = scale
+        floor = params.min_scale_rel * abs(level)
+        if floor > band:
+            band = floor
+        if params.min_scale_abs > band:
+            band = params.min_scale_abs
         bound = params.huber_k * band
         magnitude = abs(innovation)
         run_start: float | None = None
@@ -199,7 +205,8 @@ class InnovationFilter:
                     magnitude = bound
         new = _new(InnovationFilter)
         _set(new, "params", params)
-        _set(new, "scale", scale + decay(dt_s, params.scale_tau_s) * (magnitude - scale))
+        w = -math.expm1(-dt_s / params.scale_tau_s) if dt_s > 0 else 0.0  # decay()
+        _set(new, "scale", scale + w * (magnitude - scale))
         _set(new, "run_sign", sign)
         _set(new, "run_start_t", run_start)
         return clipped, new

@@ -42,7 +42,8 @@ def _record(t_made: float, t_target: float, values: tuple[float | None, ...]) ->
 
 
 def default_candidates() -> tuple[Forecaster, ...]:
-    return (Ewma(), Holt(), Seasonal())
+    holt = Holt()
+    return (Ewma(), holt, Seasonal(base=holt))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,21 @@ class Auto:
 
     def update(self, t: float, value: float) -> Auto:
         old = self.candidates
-        candidates = tuple([c.update(t, value) for c in old])
+        new: list[Forecaster] = []
+        # A Seasonal candidate whose base is the Holt candidate's state object (as
+        # `make_forecaster` builds them) takes the Holt update instead of repeating it:
+        # Holt.update is a pure function of (state, t, value). Issue 16.
+        holt_old: Holt | None = None
+        holt_new: Holt | None = None
+        for c in old:
+            if type(c) is Seasonal and holt_old is not None and c.base is holt_old:
+                new.append(c.update(t, value, base_updated=holt_new))
+                continue
+            n = c.update(t, value)
+            if type(c) is Holt and isinstance(n, Holt):
+                holt_old, holt_new = c, n
+            new.append(n)
+        candidates = tuple(new)
         for n, o in zip(candidates, old, strict=True):
             if n is not o:
                 break

@@ -236,9 +236,11 @@ class Seasonal:
     def _bin(self, t: float) -> int:
         return int((t % self.period_s) // self.bin_width_s) % self.bins
 
-    def update(self, t: float, value: float) -> Seasonal:
+    def update(self, t: float, value: float, *, base_updated: Holt | None = None) -> Seasonal:
+        """``base_updated``: ``self.base.update(t, value)`` when the caller already has it
+        (`Auto` runs a Holt candidate that shares this base object: issue 16)."""
         prev_t = self.base.last_t
-        base = self.base.update(t, value)
+        base = self.base.update(t, value) if base_updated is None else base_updated
         if base is self.base:
             return self
         clean = base.last_clean if base.last_clean is not None else value

@@ -115,14 +115,16 @@ def make_forecaster(
     kind: ForecasterKind, *, horizon_s: float, period_s: float, bins: int
 ) -> Forecaster:
     """A fresh forecaster of the given kind (defaults tuned in docs/forecasting.md)."""
-    seasonal = Seasonal(period_s=period_s, bins=bins)
+    holt = Holt()
+    # the seasonal candidate's base is the Holt candidate's object: Auto updates it once
+    seasonal = Seasonal(base=holt, period_s=period_s, bins=bins)
     if kind == "ewma":
         return Ewma()
     if kind == "holt":
-        return Holt()
+        return holt
     if kind == "seasonal":
         return seasonal
-    return Auto(candidates=(Ewma(), Holt(), seasonal), horizon_s=horizon_s)
+    return Auto(candidates=(Ewma(), holt, seasonal), horizon_s=horizon_s)
 
 
 class Planner:

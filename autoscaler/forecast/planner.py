@@ -352,32 +352,48 @@ class Planner:
         for name, model in self.models.items():
             now = model.predict(t, 0.0)
             if now is not None:
-                n[_key("forecast.", name, ".now")] = now
+                n[_NOW[name]] = now
             if isinstance(model, Auto):
                 for cand, err in model.errors().items():
-                    n[_key("forecast.", name, ".wape." + cand)] = err
+                    n[_WAPE[name, cand]] = err
         for name, load in self.loads.items():
             level = load.predict(t, 0.0)
             if level is not None:
-                n[_key("forecast.", name, ".now")] = level
+                n[_NOW[name]] = level
         for name, value in predicted.items():
-            n[_key("forecast.", name, ".predicted")] = value
+            n[_PREDICTED[name]] = value
         for name, cap in caps.items():
-            n[_key("capacity.", name, ".per_replica")] = cap
-            n[_key("capacity.", name, ".learned")] = float(self.capacity.learned(name))
+            n[_PER_REPLICA[name]] = cap
+            n[_LEARNED[name]] = float(self.capacity.learned(name))
         return n
 
 
-# The interned key of each (prefix, signal, suffix) of `Planner._report`, built once
-# (f-string + intern per key per tick was a tenth of a forecast, issue 16).
-_KEYS: dict[tuple[str, str, str], str] = {}
+# The interned keys of `Planner._report`, built once per signal (an f-string + intern
+# per key per tick was a tenth of a forecast, issue 16): ``_NOW[name]`` is
+# ``"forecast.<name>.now"``; a hit is a C-level dict lookup.
+class _Keys(dict[str, str]):
+    def __init__(self, prefix: str, suffix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+        self.suffix = suffix
+
+    def __missing__(self, name: str) -> str:
+        key = self[name] = intern(self.prefix + name + self.suffix)
+        return key
 
 
-def _key(prefix: str, name: str, suffix: str) -> str:
-    key = _KEYS.get((prefix, name, suffix))
-    if key is None:
-        key = _KEYS[(prefix, name, suffix)] = intern(prefix + name + suffix)
-    return key
+class _WapeKeys(dict[tuple[str, str], str]):
+    def __missing__(self, name_cand: tuple[str, str]) -> str:
+        name, cand = name_cand
+        key = self[name_cand] = intern(f"forecast.{name}.wape.{cand}")
+        return key
+
+
+_NOW = _Keys("forecast.", ".now")
+_PREDICTED = _Keys("forecast.", ".predicted")
+_PER_REPLICA = _Keys("capacity.", ".per_replica")
+_LEARNED = _Keys("capacity.", ".learned")
+_WAPE = _WapeKeys()
 
 
 def _checked(name: str, value: float) -> float:

@@ -120,6 +120,13 @@ async def test_burst_scales_up_and_quiet_scales_down_through_prometheus(
     await until(lambda: spec_replicas(kube) > 1, 30, "a scale-up patch")
     status = state.status(REF)
     assert status is not None
+    # The tick writes the scale first and publishes its decision after the status write
+    # and the warm pool (control/loop.py), so the history may trail the patch briefly.
+    await until(
+        lambda: any(d.desired_replicas > d.current_replicas for d in status.history),
+        10,
+        "the scale-up decision in the history",
+    )
     ups = [d for d in status.history if d.desired_replicas > d.current_replicas]
     assert ups and ups[0].reason in (Reason.SCALE_UP, Reason.PANIC)
     assert "waiting=" in ups[0].message

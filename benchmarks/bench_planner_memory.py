@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from revisions import extract
+from revisions import extract, short_rev, tree_rev
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "planner_memory.json"
@@ -184,12 +184,6 @@ def _run_worker(code: Path | None, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _git(*argv: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(ROOT), *argv], check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", default="main")
@@ -201,8 +195,8 @@ def main() -> None:
     if args.worker:
         print(json.dumps(_worker(args)))
         return
-    rev = _git("rev-parse", "--short", args.baseline)
-    head = _git("describe", "--always", "--dirty")
+    rev = short_rev(args.baseline)
+    head = tree_rev()
     before: list[dict[str, Any]] = []
     after: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:

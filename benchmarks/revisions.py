@@ -31,24 +31,21 @@ def extract(rev: str, into: Path) -> Path:
     return into
 
 
+def git(*argv: str) -> str:
+    """``git -C <repository> *argv``'s output, stripped."""
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *argv], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
 def short_rev(rev: str) -> str:
     """``rev`` as its abbreviated commit hash (for result files and table headers)."""
-    return subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", rev],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    return git("rev-parse", "--short", rev)
 
 
 def tree_rev() -> str:
     """The working tree as ``git describe --always --dirty`` names it (the after side)."""
-    return subprocess.run(
-        ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    return git("describe", "--always", "--dirty")
 
 
 def compared_table(

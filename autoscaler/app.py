@@ -43,6 +43,7 @@ from autoscaler.kube.warmpool import WarmPoolManager
 from autoscaler.logging import get_logger
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
 from autoscaler.metrics.prometheus import PrometheusSource, WorkloadPods
+from autoscaler.metrics.scrape_workers import ScrapeWorkers, WorkerConfig
 from autoscaler.settings import Settings
 from autoscaler.store.base import PolicyStore
 from autoscaler.store.crd import CrdPolicyStore
@@ -122,11 +123,10 @@ class Controller:
                 return WorkloadPods(namespace, st.spec.scale_target_ref.name)
 
             return SourceSignals(PrometheusSource(s.prometheus_url, selector))
-        return SourceSignals(
-            PodScrapeSource(
-                ScrapeConfig(timeout_s=s.scrape_timeout_s, max_concurrency=s.scrape_concurrency)
-            )
-        )
+        config = ScrapeConfig(timeout_s=s.scrape_timeout_s, max_concurrency=s.scrape_concurrency)
+        if s.scrape_workers:
+            return SourceSignals(ScrapeWorkers(config, WorkerConfig(workers=s.scrape_workers)))
+        return SourceSignals(PodScrapeSource(config))
 
     def _on_leader_change(self, leader: bool) -> None:
         self.state.is_leader = leader

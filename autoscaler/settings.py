@@ -67,6 +67,7 @@ class _FileSource(PydanticBaseSettingsSource):
 
 
 MAX_SHARDS = 1024
+MAX_SCRAPE_WORKERS = 64
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -125,6 +126,10 @@ class Settings(BaseSettings):
     shard_scope: Literal["all", "held"] = "all"
     scrape_timeout_s: float = Field(default=2.0, gt=0)
     scrape_concurrency: int = Field(default=64, ge=1)
+    # Pod scraping in this many worker processes (autoscaler/metrics/scrape_workers.py;
+    # docs/scale.md "workers pass"): 0 scrapes in the controller process itself. Each
+    # worker runs ``scrape_concurrency`` scrapes at most. Direct (pod-scrape) mode only.
+    scrape_workers: int = Field(default=0, ge=0, le=MAX_SCRAPE_WORKERS)
     prometheus_url: str | None = None
 
     @field_validator("shards")
@@ -142,6 +147,16 @@ class Settings(BaseSettings):
                 "must be a DNS label (lowercase letters, digits, '-') of at most 40 characters"
             )
         return v
+
+    @model_validator(mode="after")
+    def _check_scrape_workers(self) -> Settings:
+        if self.scrape_workers and self.prometheus_url:
+            raise ValueError(
+                f"scrape_workers={self.scrape_workers} needs pod scraping, but "
+                f"prometheus_url={self.prometheus_url!r} reads the signals from Prometheus: "
+                "unset one of them (scrape_workers=0 with Prometheus)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_sharding(self) -> Settings:

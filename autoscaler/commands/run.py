@@ -71,6 +71,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "splits too (direct mode only; default: AUTOSCALER_SHARD_SCOPE, else all)",
     )
     p.add_argument(
+        "--scrape-workers",
+        type=int,
+        default=None,
+        help="scrape the pods in this many worker processes, so scraping is not capped "
+        "at the controller's one core (0: in the controller process; direct pod "
+        "scraping only, not with Prometheus; default: AUTOSCALER_SCRAPE_WORKERS, else 0)",
+    )
+    p.add_argument(
         "--http-port",
         type=int,
         default=None,
@@ -193,6 +201,8 @@ async def _main(args: argparse.Namespace) -> int:
         overrides["shards"] = args.shards
     if args.shard_scope is not None:
         overrides["shard_scope"] = args.shard_scope
+    if args.scrape_workers is not None:
+        overrides["scrape_workers"] = args.scrape_workers
     settings = Settings.load(**overrides)  # every bad value: field, value and rule
     if args.http_port is not None:
         settings.http.port = args.http_port

@@ -225,6 +225,22 @@ def _status_schema() -> dict[str, Any]:
             "lastMessage": {"type": "string"},
             "lastDecisionTime": {"type": "string", "format": "date-time"},
             "observedGeneration": {"type": "integer", "minimum": 0},
+            "profile": {
+                "description": (
+                    "The profile the controller applies (docs/policy.md#workload-classes-"
+                    f"profiles); {DEFAULT_PROFILE} when spec.profile is unset."
+                ),
+                "type": "string",
+            },
+            "policyHash": {
+                "description": (
+                    "First 12 hex digits of the SHA-256 of the effective policy as canonical "
+                    "JSON: changes exactly when a field the target runs changes "
+                    "(docs/policy.md#what-the-status-reports)."
+                ),
+                "type": "string",
+                "maxLength": 64,
+            },
             "conditions": {
                 "type": "array",
                 "items": condition,
@@ -329,8 +345,9 @@ def build_crd() -> dict[str, Any]:
                         _column("Mode", "string", ".spec.mode"),
                         _column("Ready", "string", _condition("Ready")),
                         _column("Active", "string", _condition("Active")),
+                        _column("Profile", "string", ".status.profile"),
                         _column("Reason", "string", ".status.lastReason", priority=1),
-                        _column("Profile", "string", ".spec.profile", priority=1),
+                        _column("Policy", "string", ".status.policyHash", priority=1),
                         _column("Age", "date", ".metadata.creationTimestamp"),
                     ],
                     "schema": {

@@ -13,10 +13,11 @@ from autoscaler.domain import Decision, Forecast, TargetRef
 from autoscaler.errors import AutoscalerError, PermanentError
 from autoscaler.forecast.planner import Planner, PlannerConfig
 from autoscaler.kube.cache import ClusterCache, spec_selector
-from autoscaler.kube.crd import Condition
+from autoscaler.kube.crd import Condition, overrides_condition
 from autoscaler.kube.scale import ScaleClient, ScaleInfo, WorkloadRecord
 from autoscaler.logging import get_logger
 from autoscaler.metrics.source import PodEndpoint
+from autoscaler.policy.status import PolicyStatus
 from autoscaler.store.base import TargetSpec
 
 log = get_logger(__name__)
@@ -42,7 +43,12 @@ class StatusWriterPort(Protocol):
         *,
         conditions: Sequence[Condition] = (),
         observed_generation: int | None = None,
+        policy: PolicyStatus | None = None,
     ) -> None: ...
+
+    def generation_of(self, ref: TargetRef) -> int | None:
+        """The ``metadata.generation`` of the spec last read (None: unknown)."""
+        ...
 
 
 class KubeCluster:
@@ -80,6 +86,7 @@ class KubeCluster:
         self.status = status
         self.status_every_s = status_every_s
         self._status_sent: dict[TargetRef, tuple[tuple[object, ...], float]] = {}
+        self._policy_status: dict[TargetRef, tuple[TargetSpec, PolicyStatus]] = {}
         self.clock = clock or MonotonicClock()
         self.ownership_check_s = ownership_check_s
         self._owners: dict[str, tuple[float, Mapping[tuple[str, str], str]]] = {}
@@ -191,26 +198,55 @@ class KubeCluster:
             await self.warm_pool.resize(spec, replicas, peak)
 
     async def record(self, spec: TargetSpec, decision: Decision, applied: bool) -> None:
-        """Events for applied changes; the CRD status when the outcome changes (or every
-        ``status_every_s``), so a steady target costs no API writes per tick."""
+        """Events for applied changes; the CRD status when the outcome, the policy in use
+        (profile, effective policy hash, fields over the profile) or the spec's generation
+        changes (or every ``status_every_s``), so a steady target costs no API writes per
+        tick."""
         if self.recorder is not None:
             await self.recorder.record(spec, decision, applied)
         if self.status is None:
             return
         owner = self._owner.get(spec.ref)
-        key = (decision.current_replicas, decision.desired_replicas, decision.reason, owner)
+        policy = self._policy_of(spec)
+        generation = self.status.generation_of(spec.ref)
+        key = (
+            decision.current_replicas,
+            decision.desired_replicas,
+            decision.reason,
+            owner,
+            policy,
+            generation,
+        )
         now = self.clock.now()
         sent = self._status_sent.get(spec.ref)
         if sent is not None and sent[0] == key and now - sent[1] < self.status_every_s:
             return
+        conditions = status_conditions(decision, owner)
+        overrides = overrides_condition(policy)
+        if overrides is not None:
+            conditions = (*conditions, overrides)
         try:
             await self.status.write_status(
-                spec.ref, decision, conditions=status_conditions(decision, owner)
+                spec.ref,
+                decision,
+                conditions=conditions,
+                observed_generation=generation,
+                policy=policy,
             )
         except AutoscalerError as err:
             log.warning("status write failed", target=str(spec.ref), error=str(err))
             return
         self._status_sent[spec.ref] = (key, now)
+
+    def _policy_of(self, spec: TargetSpec) -> PolicyStatus:
+        """``spec.policy_status()``, computed once per spec object (a new spec is a new
+        object: the store hands back the same one while the object's spec is unchanged)."""
+        cached = self._policy_status.get(spec.ref)
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        status = spec.policy_status()
+        self._policy_status[spec.ref] = (spec, status)
+        return status
 
     def _release_view(self, ref: TargetRef) -> None:
         key = self._view_of.pop(ref, None)
@@ -222,6 +258,7 @@ class KubeCluster:
         unless another target shares it)."""
         self._release_view(ref)
         self._status_sent.pop(ref, None)
+        self._policy_status.pop(ref, None)
         self._owner.pop(ref, None)
         self._written.pop(ref, None)
         self._reread.discard(ref)

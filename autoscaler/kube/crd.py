@@ -17,6 +17,7 @@ from autoscaler.domain import Decision, TargetRef
 from autoscaler.errors import ConfigError
 from autoscaler.kube.names import CRD_GROUP, CRD_KIND, CRD_VERSION
 from autoscaler.policy.document import PolicySource, load_source
+from autoscaler.policy.status import PolicyStatus
 from autoscaler.store.base import Mode, ScaleTargetRef, TargetSpec
 
 API_VERSION = f"{CRD_GROUP}/{CRD_VERSION}"
@@ -117,8 +118,11 @@ def status_body(
     conditions: Sequence[Condition] = (),
     previous: Mapping[str, Any] | None = None,
     observed_generation: int | None = None,
+    policy: PolicyStatus | None = None,
 ) -> dict[str, Any]:
-    """The ``status`` block; a condition keeps its lastTransitionTime while unchanged."""
+    """The ``status`` block; a condition keeps its lastTransitionTime while unchanged.
+    ``policy``: ``profile`` (the profile applied, ``recommended`` when the spec names
+    none) and ``policyHash`` (`autoscaler.policy.document.document_hash`)."""
     before = {c.get("type"): c for c in (previous or {}).get("conditions") or []}
     conds = []
     for c in conditions:
@@ -150,4 +154,20 @@ def status_body(
         )
     if observed_generation is not None:
         status["observedGeneration"] = observed_generation
+    if policy is not None:
+        status["profile"] = policy.profile
+        status["policyHash"] = policy.policy_hash
     return status
+
+
+OVERRIDES_PROFILE = "OverridesProfile"
+
+
+def overrides_condition(policy: PolicyStatus) -> Condition | None:
+    """``OverridesProfile=True`` (reason ``OldCRDDefault``) naming the fields that hold the
+    pre-profiles CRD's default over the profile's value; None when there are none (the
+    condition is then left out of the status)."""
+    message = policy.overrides_message()
+    if message is None:
+        return None
+    return Condition(OVERRIDES_PROFILE, "True", "OldCRDDefault", message)

@@ -26,6 +26,8 @@ field, the value and the allowed names; there is no fallback.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,7 @@ from autoscaler.policy.schema import Policy
 
 PROFILE_FIELD = "profile"
 DEFAULT_PROFILE = "recommended"
+POLICY_HASH_CHARS = 12
 
 
 def profile_names() -> tuple[str, ...]:
@@ -171,3 +174,21 @@ def effective(policy: Policy, profile: str) -> dict[str, Any]:
     """What a target runs: the profile's name and every field of the effective policy
     (the read-only view the REST API shows next to the document)."""
     return {PROFILE_FIELD: profile, **policy.dump()}
+
+
+def document_hash(effective_fields: Mapping[str, Any]) -> str:
+    """The first `POLICY_HASH_CHARS` hex digits of the SHA-256 of ``effective_fields``
+    as canonical JSON (sorted keys, no spaces); ``profile`` is left out when present.
+
+    What ``status.policyHash`` reports: it changes exactly when a field the target runs
+    changes, however the document spells it (writing a profile's own value, or a
+    profile's value changing in a new release, count alike), and anyone can recompute
+    it from the REST API's ``effectivePolicy``."""
+    fields = {k: v for k, v in effective_fields.items() if k != PROFILE_FIELD}
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:POLICY_HASH_CHARS]
+
+
+def policy_hash(policy: Policy) -> str:
+    """`document_hash` of the effective policy."""
+    return document_hash(policy.dump())

@@ -14,8 +14,15 @@ from typing import Any, Literal, Protocol
 
 from autoscaler.domain import TargetRef
 from autoscaler.errors import PermanentError
-from autoscaler.policy.document import DEFAULT_PROFILE, PolicySource, document_of, effective
+from autoscaler.policy.document import (
+    DEFAULT_PROFILE,
+    PolicySource,
+    document_of,
+    effective,
+    policy_hash,
+)
 from autoscaler.policy.schema import Policy
+from autoscaler.policy.status import PolicyStatus, policy_status
 
 Mode = Literal["direct", "keda", "advisory"]
 
@@ -67,6 +74,15 @@ class TargetSpec:
     def effective_policy(self) -> dict[str, Any]:
         """The profile's name and the effective policy (read-only view)."""
         return effective(self.policy, self.profile)
+
+    def policy_status(self) -> PolicyStatus:
+        """The profile in use, the effective policy's hash and the fields that hold an old
+        CRD default over the profile's value (what the status reports; costs a hash of the
+        policy: callers on the tick path keep it per spec)."""
+        src = self._source()
+        return policy_status(
+            self.profile, policy_hash(self.policy), src.document if src is not None else None
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from autoscaler.kube.crd import Condition, object_to_spec, spec_to_object, statu
 from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL, CRD_VERSION
 from autoscaler.kube.retry import RetryPolicy, Sleep, backoff_s, describe, with_retries
 from autoscaler.logging import get_logger
+from autoscaler.policy.status import PolicyStatus
 from autoscaler.store.base import (
     AlreadyExists,
     NotFound,
@@ -390,9 +391,11 @@ class CrdPolicyStore:
         *,
         conditions: Sequence[Condition] = (),
         observed_generation: int | None = None,
+        policy: PolicyStatus | None = None,
     ) -> None:
-        """Merge-patch the status subresource with the last decision and conditions;
-        ``observedGeneration`` defaults to the generation of the spec last read."""
+        """Merge-patch the status subresource with the last decision, conditions and the
+        policy in use (``profile``, ``policyHash``); ``observedGeneration`` defaults to
+        the generation of the spec last read."""
         if observed_generation is None:
             observed_generation = self.generations.get(ref)
         status = status_body(
@@ -401,6 +404,7 @@ class CrdPolicyStore:
             conditions=conditions,
             previous=self._status.get(ref),
             observed_generation=observed_generation,
+            policy=policy,
         )
         body = {"status": status}
         try:
@@ -421,6 +425,10 @@ class CrdPolicyStore:
                 raise NotFound(f"LLMAutoscaler {ref} not found") from None
             raise PermanentError(f"patch LLMAutoscaler {ref} status: {describe(err)}") from None
         self._status[ref] = status
+
+    def generation_of(self, ref: TargetRef) -> int | None:
+        """The ``metadata.generation`` of the spec last read (None: not seen)."""
+        return self.generations.get(ref)
 
     async def report_invalid(self, emit: EmitEvent | None = None) -> int:
         """Put each new validation failure in its object's status (``Ready=False``,

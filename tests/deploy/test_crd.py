@@ -115,6 +115,21 @@ def test_names_printer_columns_and_status_subresource_match_the_contract() -> No
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert {"currentReplicas", "desiredReplicas", "lastReason", "lastMessage"} <= set(status)
     assert {"lastDecisionTime", "conditions", "observedGeneration"} <= set(status)
+    assert {"profile", "policyHash"} <= set(status)
+
+
+def test_kubectl_get_shows_the_profile_in_use_from_the_status() -> None:
+    """``.spec.profile`` is empty when the spec names none; the status always says."""
+    (version,) = _crd()["spec"]["versions"]
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert columns["Profile"]["jsonPath"] == ".status.profile"
+    assert "priority" not in columns["Profile"]  # in the default output, not only -o wide
+    assert columns["Policy"] == {
+        "name": "Policy",
+        "type": "string",
+        "jsonPath": ".status.policyHash",
+        "priority": 1,
+    }
 
 
 def test_examples_exist_and_the_crd_schema_accepts_them() -> None:
@@ -206,7 +221,7 @@ def test_controller_reads_every_example_and_writes_objects_the_crd_accepts() -> 
 
 
 def test_status_written_by_the_controller_fits_the_status_schema() -> None:
-    from autoscaler.domain import Decision, Reason
+    from autoscaler.domain import Decision, Reason, TargetRef
     from autoscaler.kube.crd import Condition, status_body
 
     decision = Decision(
@@ -217,12 +232,26 @@ def test_status_written_by_the_controller_fits_the_status_schema() -> None:
         message="wants 5, GPUs place 3",
         active=True,
     )
+    from autoscaler.kube.crd import overrides_condition
+    from autoscaler.policy.document import load_source
+    from autoscaler.store.base import TargetSpec
+
+    legacy = TargetSpec.from_source(
+        TargetRef("llm", "x"), load_source({"maxReplicaCount": 16})
+    ).policy_status()
+    overrides = overrides_condition(legacy)
+    assert overrides is not None
     status = status_body(
         decision,
         now_rfc3339="2026-01-01T00:00:00Z",
-        conditions=[Condition("CapacityLimited", "True", "capacity-limited", "wants 5")],
+        conditions=[
+            Condition("CapacityLimited", "True", "capacity-limited", "wants 5"),
+            overrides,
+        ],
         observed_generation=4,
+        policy=legacy,
     )
+    assert (status["profile"], status["policyHash"]) == ("recommended", legacy.policy_hash)
     obj = copy.deepcopy(_examples()[0])
     obj["status"] = status
     assert not [e.message for e in crd_validator(_crd()).iter_errors(obj)]

@@ -1,0 +1,144 @@
+"""What a target's status says about its policy: the profile, a hash of the effective
+policy, and the fields that look like defaults an older CRD wrote into the object.
+
+See docs/policy.md#what-the-status-reports and
+#upgrading-from-the-crd-before-profiles.
+
+Before profiles (the CRD before commit 73d98bd), the LLMAutoscaler schema carried a
+``default:`` for most policy fields, which the API server wrote into every stored object
+(``maxReplicaCount: 16``, ...). Those values now read as set by the user and override the
+selected profile's. The API server kept no record of which values it filled, so a value
+equal to an old default is ambiguous: the old CRD may have written it, or the user did.
+`old_default_overrides` therefore names only the fields that (1) the document sets,
+(2) to exactly the old CRD's default, (3) where the profile sets a different value, so
+the field changes what the target runs. A field set to any other value, or to a value
+the profile shares, is never named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler.policy.document import PROFILE_FIELD, profile_document
+
+# Every `default:` of the policy fields in deploy/base/crd.yaml before profiles
+# (`git show 73d98bd^:deploy/base/crd.yaml`; tests/policy/test_policy_status.py checks the
+# table against it when the history is there). Nested ones were filled only when the
+# object had the block (an object without ``panic`` got no ``panic.threshold``).
+OLD_CRD_DEFAULTS: Mapping[tuple[str, ...], Any] = {
+    ("minReplicaCount",): 1,
+    ("maxReplicaCount",): 16,
+    ("cooldownPeriod",): 300,
+    ("pollingInterval",): 1.0,
+    ("panic", "windowSeconds"): 6.0,
+    ("panic", "threshold"): 2.0,
+    ("panic", "stableWindowSeconds"): 60.0,
+    ("prediction", "enabled"): True,
+    ("prediction", "forecaster"): "auto",
+    ("prediction", "coldStartPriorSeconds"): 90.0,
+    ("prediction", "minPodsToLearn"): 3,
+    ("prediction", "learnedCapacityHeadroom"): 1.0,
+    ("capacity", "enforce"): True,
+    ("capacity", "provisionableReplicas"): 0,
+    ("warmPool", "enabled"): False,
+    ("warmPool", "minReplicas"): 0,
+    ("warmPool", "maxReplicas"): 4,
+    ("warmPool", "leadTimeSeconds"): 300.0,
+    ("warmPool", "priorityClassName"): "llm-warm-pool-low",
+    ("warmPool", "peakPriorityClassName"): "llm-warm-pool-peak",
+    ("coldStartGuard", "enabled"): True,
+    ("allowFractionAverageValue",): False,
+}
+_MISSING = object()
+
+
+def _at(doc: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = doc
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return _MISSING
+        node = node[key]
+    return node
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON values: 16 and 16.0 alike (the API server may store a float default
+    as an integer), but a boolean is never a number."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return float(a) == float(b)
+    return bool(type(a) is type(b) and a == b)
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """A field the document sets to the old CRD's default, over a different profile value."""
+
+    field: str  # dotted camelCase path
+    value: Any  # the document's (= the old default)
+    profile_value: Any  # what the profile would give instead
+
+
+def old_default_overrides(document: Mapping[str, Any], profile: str) -> tuple[Override, ...]:
+    """The fields of ``document`` (camelCase, as written) that hold exactly the old CRD's
+    default where ``profile`` sets another value, in `OLD_CRD_DEFAULTS` order."""
+    base = profile_document(profile)
+    out: list[Override] = []
+    for path, old in OLD_CRD_DEFAULTS.items():
+        got = _at(document, path)
+        if got is _MISSING or not _same(got, old):
+            continue
+        theirs = _at(base, path)
+        if theirs is _MISSING or _same(theirs, old):
+            continue  # the profile leaves it unset, or gives the same value: no effect
+        out.append(Override(".".join(path), got, theirs))
+    return tuple(out)
+
+
+def overrides_message(profile: str, overrides: tuple[Override, ...]) -> str:
+    """The ``OverridesProfile`` condition's message (docs/policy.md, Upgrading)."""
+    listed = ", ".join(
+        f"{o.field}={_json(o.value)} (profile: {_json(o.profile_value)})" for o in overrides
+    )
+    return (
+        f"these fields override the profile {profile!r} with the value the CRD before "
+        f"profiles filled in by default: {listed}; if the old CRD wrote them, remove them "
+        "from the spec to get the profile's values (if you set them yourself, nothing to do)"
+    )
+
+
+def _json(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyStatus:
+    """The policy part of a target's status (``status.profile``, ``status.policyHash``,
+    the ``OverridesProfile`` condition). Compared whole to decide whether to write."""
+
+    profile: str
+    policy_hash: str
+    overrides: tuple[Override, ...] = ()
+
+    def overrides_message(self) -> str | None:
+        return overrides_message(self.profile, self.overrides) if self.overrides else None
+
+
+def policy_status(
+    profile: str, policy_hash: str, document: Mapping[str, Any] | None
+) -> PolicyStatus:
+    """``document``: the policy document as written (None: a policy built in code, which
+    has no document a user wrote, so nothing to warn about)."""
+    overrides: tuple[Override, ...] = ()
+    if document is not None:
+        overrides = old_default_overrides(
+            {k: v for k, v in document.items() if k != PROFILE_FIELD}, profile
+        )
+    return PolicyStatus(profile=profile, policy_hash=policy_hash, overrides=overrides)

@@ -395,7 +395,11 @@ class CrdPolicyStore:
     ) -> None:
         """Merge-patch the status subresource with the last decision, conditions and the
         policy in use (``profile``, ``policyHash``); ``observedGeneration`` defaults to
-        the generation of the spec last read."""
+        the generation of the spec last read. A decision's status supersedes a pending
+        "valid again" write of `report_invalid` (whose one condition would replace the
+        decision's conditions, ``OverridesProfile`` included, until the next change)."""
+        if decision is not None:
+            self._recovered.discard(ref)
         if observed_generation is None:
             observed_generation = self.generations.get(ref)
         status = status_body(

@@ -315,3 +315,29 @@ async def test_invalid_object_gets_ready_false_and_a_warning_once_then_ready_whe
     fixed = kapi.get("llmautoscalers", "default", "bad", GROUP)
     assert fixed is not None
     assert fixed["status"]["conditions"][0]["status"] == "True"
+
+
+async def test_a_decision_written_after_a_fix_is_not_replaced_by_the_valid_again_write(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    bad = spec_to_object(spec("bad"))
+    bad["spec"]["metricsPort"] = 0
+    kapi.create("llmautoscalers", bad, GROUP)
+    store = CrdPolicyStore(kclient, "default")
+    await store.list()
+    assert await store.report_invalid() == 1
+    stored = kapi.get("llmautoscalers", "default", "bad", GROUP)
+    assert stored is not None
+    stored["spec"]["metricsPort"] = 8080
+    kapi.update("llmautoscalers", stored, GROUP)
+    await store.list()  # valid again: the controller scales it and writes its status first
+    decision = Decision(1.0, 1, 1, Reason.STEADY, "steady", True)
+    conditions = [
+        Condition("Ready", "True", "Reconciled", "ok"),
+        Condition("OverridesProfile", "True", "OldCRDDefault", "maxReplicaCount=16"),
+    ]
+    await store.write_status(TargetRef("default", "bad"), decision, conditions=conditions)
+    assert await store.report_invalid() == 0  # nothing to add: the decision's status stands
+    fixed = kapi.get("llmautoscalers", "default", "bad", GROUP)
+    assert fixed is not None
+    assert [c["type"] for c in fixed["status"]["conditions"]] == ["Ready", "OverridesProfile"]

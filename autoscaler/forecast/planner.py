@@ -11,7 +11,8 @@ apply unchanged. When the current rate is ~0 (idle) the ratio is undefined, so t
 learned load per unit of rate (Little's law: running = rate x time in system) is used.
 KV usage forecasts may exceed 1: that means "more than the current replicas hold".
 
-This class holds mutable state (one frozen model per signal); it never reads the clock.
+This class holds mutable state (one forecaster cell per signal, `cells`: the frozen
+models' arithmetic in place); it never reads the clock.
 """
 
 from __future__ import annotations
@@ -27,9 +28,19 @@ from typing import Literal, Protocol
 from autoscaler.domain import FRACTION_SIGNALS, Forecast
 from autoscaler.forecast.auto import Auto
 from autoscaler.forecast.capacity import CapacityEstimator
+from autoscaler.forecast.cells import (
+    AutoCell,
+    EwmaCell,
+    ForecasterCell,
+    RatioCell,
+    SharedEwmaCell,
+    cell_of,
+)
 from autoscaler.forecast.coldstart import ColdStartEstimator
 from autoscaler.forecast.models import Ewma, Forecaster, Holt, Seasonal
 from autoscaler.forecast.robust import check_finite, check_positive
+
+_isfinite = math.isfinite
 
 ForecasterKind = Literal["ewma", "holt", "seasonal", "auto"]
 RATE_SIGNALS: tuple[str, ...] = (
@@ -132,11 +143,13 @@ class Planner:
 
     def __init__(self, config: PlannerConfig | None = None) -> None:
         self.config = config if config is not None else PlannerConfig()
-        self.models: dict[str, Forecaster] = {}
-        self.loads: dict[str, Ewma] = {}
+        # the state of every smoothed series, advanced in place (`cells`)
+        self._models: dict[str, ForecasterCell] = {}
+        self._loads: dict[str, EwmaCell] = {}
         self.latest_load: dict[str, float] = {}
-        # load signal per unit of driver rate: (smoothed load, smoothed rate)
-        self.intensity: dict[str, tuple[Ewma, Ewma]] = {}
+        # load signal per unit of driver rate: smoothed load, smoothed rate (the rates of
+        # signals fed together are one cell, advanced once per tick)
+        self._intensity: dict[str, RatioCell] = {}
         self.cold_start = ColdStartEstimator(
             prior_s=self.config.cold_start_prior_s,
             min_pods_to_learn=self.config.min_pods_to_learn,
@@ -164,61 +177,122 @@ class Planner:
         """Feed one tick. Absent signals are missing (skipped), never zero."""
         check_finite("t", t)
         horizon = self.horizon_s()
+        models = self._models
         for name in self.config.rate_signals:
             value = signals.get(name)
             if value is None:
                 continue
-            model = self.models.get(name)
+            if not (_isfinite(value) and value >= 0.0):
+                _checked(name, value)
+            model = models.get(name)
             if model is None:
-                model = make_forecaster(
-                    self.config.forecaster,
-                    horizon_s=horizon,
-                    period_s=self.config.season_period_s,
-                    bins=self.config.season_bins,
+                model = cell_of(
+                    make_forecaster(
+                        self.config.forecaster,
+                        horizon_s=horizon,
+                        period_s=self.config.season_period_s,
+                        bins=self.config.season_bins,
+                    )
                 )
-            if isinstance(model, Auto):
-                model = model.with_horizon(horizon)
-            self.models[name] = model.update(t, _checked(name, value))
+                if type(model) is AutoCell:
+                    model.update(t, value, horizon)
+                else:
+                    model.update(t, value)
+                models[name] = model  # stored once its first sample was valid
+            elif type(model) is AutoCell:
+                model.update(t, value, horizon)
+            else:
+                model.update(t, value)
+        loads = self._loads
+        latest = self.latest_load
+        present: list[tuple[str, float]] = []
         for name in self.config.load_signals:
             value = signals.get(name)
             if value is None:
                 continue
-            load = self.loads.get(name)
+            if not (_isfinite(value) and value >= 0.0):
+                _checked(name, value)
+            load = loads.get(name)
             if load is None:
-                load = Ewma(tau_s=self.config.load_tau_s)
-            self.loads[name] = load.update(t, _checked(name, value))
-            self.latest_load[name] = value
+                load = EwmaCell(Ewma(tau_s=self.config.load_tau_s))
+                load.update(t, value)
+                loads[name] = load
+            else:
+                load.update(t, value)
+            latest[name] = value
+            present.append((name, value))
         driver = self._driver()
         rate_now = signals.get(driver) if driver is not None else None
-        if rate_now is not None and rate_now >= self.config.min_rate_for_ratio:
+        if present and rate_now is not None and rate_now >= self.config.min_rate_for_ratio:
             # Both sides smoothed alike, so the ratio stays unbiased through transients.
-            # The denominators see the same rate: signals updated together share one
-            # state object, so it is advanced once per tick (same result, issue 16).
-            old_den: Ewma | None = None
-            new_den = _INTENSITY
-            for name in self.config.load_signals:
-                value = signals.get(name)
-                if value is None:
-                    continue
-                num, den = self.intensity.get(name, (_INTENSITY, _INTENSITY))
-                if den is not old_den:
-                    old_den, new_den = den, den.update(t, rate_now)
-                self.intensity[name] = (num.update(t, value), new_den)
+            self._update_intensity(t, rate_now, present)
         if ready_replicas is not None:
             self.capacity = self.capacity.observe(t, ready_replicas, signals)
         self.last_t = t
 
+    def _update_intensity(
+        self, t: float, rate_now: float, present: list[tuple[str, float]]
+    ) -> None:
+        """Advance each present signal's (load, rate) pair. The rate cell is shared by the
+        signals fed the same rates (every load signal, in steady state), so it advances
+        once; a signal whose history differs (it was missing) gets its own copy first."""
+        cells = self._intensity
+        nums: list[RatioCell] = []
+        wanted: dict[SharedEwmaCell | None, int] = {}
+        for name, value in present:
+            num = cells.get(name)
+            if num is None:
+                num = cells[name] = RatioCell(_INTENSITY)
+            num.update(t, value)
+            nums.append(num)
+            den = num.den
+            wanted[den] = wanted.get(den, 0) + 1
+        advanced: dict[SharedEwmaCell | None, SharedEwmaCell] = {}
+        for den, users in wanted.items():
+            if den is None:
+                new = SharedEwmaCell(_INTENSITY, users)
+            elif users == den.users:
+                new = den
+            else:
+                new = den.split(users)
+            new.update(t, rate_now)
+            advanced[den] = new
+        for num in nums:
+            num.den = advanced[num.den]
+
+    @property
+    def models(self) -> dict[str, Forecaster]:
+        """The forecaster of each rate signal, as its frozen model (a snapshot)."""
+        return {name: cell.snapshot() for name, cell in self._models.items()}
+
+    @property
+    def loads(self) -> dict[str, Ewma]:
+        """The smoothed load signals, as frozen models (a snapshot)."""
+        return {name: cell.snapshot() for name, cell in self._loads.items()}
+
+    @property
+    def intensity(self) -> dict[str, tuple[Ewma, Ewma]]:
+        """Per load signal, its smoothed value and the smoothed driver rate (a snapshot)."""
+        out: dict[str, tuple[Ewma, Ewma]] = {}
+        for name, num in self._intensity.items():
+            assert num.den is not None
+            out[name] = (num.snapshot(), num.den.snapshot())
+        return out
+
     def intensity_of(self, name: str) -> float | None:
         """Learned load signal per unit of driver rate (e.g. running per request/s)."""
-        pair = self.intensity.get(name)
-        if pair is None or pair[0].level is None or not pair[1].level:
+        num = self._intensity.get(name)
+        if num is None or num.level is None or num.den is None:
             return None
-        return pair[0].level / pair[1].level
+        rate = num.den.level
+        if not rate:
+            return None
+        return num.level / rate
 
     def _driver(self) -> str | None:
         """The first configured rate signal with data: it drives the load forecasts."""
         for name in self.config.rate_signals:
-            model = self.models.get(name)
+            model = self._models.get(name)
             if model is not None and model.level is not None:
                 return name
         return None
@@ -227,7 +301,7 @@ class Planner:
     def predict(self, t: float, horizon_s: float) -> dict[str, float]:
         """Predicted signal values at ``t + horizon_s`` (missing ones omitted)."""
         out: dict[str, float] = {}
-        for name, model in self.models.items():
+        for name, model in self._models.items():
             value = model.predict(t, horizon_s)
             if value is not None:
                 out[name] = value
@@ -236,14 +310,14 @@ class Planner:
         driver_pred: float | None = None
         if driver is not None:
             driver_pred = out.get(driver)
-            now = self.models[driver].predict(t, 0.0)
+            now = self._models[driver].predict(t, 0.0)
             if (
                 driver_pred is not None
                 and now is not None
                 and now >= self.config.min_rate_for_ratio
             ):
                 ratio = min(driver_pred / now, self.config.max_ratio)
-        for name, load in self.loads.items():
+        for name, load in self._loads.items():
             level = load.predict(t, 0.0)
             k_level = self.intensity_of(name)
             if ratio is not None and level is not None:
@@ -263,7 +337,7 @@ class Planner:
         check_finite("horizon_s", horizon, minimum=0.0)
         signals = self.predict(t, horizon)
         driver = self._driver()
-        model = self.models[driver].name if driver is not None else "none"
+        model = self._models[driver].name if driver is not None else "none"
         caps = self.capacity.capacities()  # quantiles over the evidence: once per tick
         self._numbers = self._report(t, horizon, signals, caps)
         return Forecast(
@@ -349,14 +423,14 @@ class Planner:
             "forecast.cold_start_learned": float(self.cold_start.learned),
             "forecast.cold_start_samples": float(self.cold_start.seen),
         }
-        for name, model in self.models.items():
+        for name, model in self._models.items():
             now = model.predict(t, 0.0)
             if now is not None:
                 n[_NOW[name]] = now
-            if isinstance(model, Auto):
+            if type(model) is AutoCell:
                 for cand, err in model.errors().items():
                     n[_WAPE[name, cand]] = err
-        for name, load in self.loads.items():
+        for name, load in self._loads.items():
             level = load.predict(t, 0.0)
             if level is not None:
                 n[_NOW[name]] = level

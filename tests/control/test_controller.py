@@ -14,6 +14,7 @@ from autoscaler.domain import TargetRef
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi.server import LocalKubeAPI
 from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL, METRICS_PORT_ANNOTATION
+from autoscaler.policy.document import policy_hash
 from autoscaler.settings import Settings
 from tests.support.waiting import until
 from tests.support.workloads import add_llm_target, controller_settings, served_page
@@ -74,6 +75,10 @@ async def test_run_scales_from_the_crd_and_writes_status(cluster: tuple[LocalKub
 
         await until(lambda: status().get("desiredReplicas") == 4, 10, "status written")
         assert status()["lastReason"] in ("scale-up", "steady", "within-tolerance")
+        st = ctl.state.status(REF)
+        assert st is not None
+        assert status()["profile"] == st.spec.profile == "recommended"
+        assert status()["policyHash"] == policy_hash(st.spec.policy)
         events = kube.list_objects("events", "llm")
         assert any("2 -> 4" in e.get("message", "") for e in events)
     finally:

@@ -1,21 +1,28 @@
 """The policy in use in an LLMAutoscaler's status, on kube-apiserver 1.24: the status
 subresource keeps ``profile``, ``policyHash`` and the ``OverridesProfile`` condition
 (structural pruning drops unknown status fields, not these), ``kubectl get`` shows the
-Profile column (and the hash with ``-o wide``), and a steady target is written once."""
+Profile column (and the hash with ``-o wide``), a steady target is written once, and
+what the pre-profiles CRD itself writes into a spec is what ``OverridesProfile`` names."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from typing import Any
 
+import pytest
+import yaml
 from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.control.adapters import KubeCluster
 from autoscaler.control.clock import FakeClock
 from autoscaler.domain import Decision, Reason
-from autoscaler.kube.crd import API_VERSION
+from autoscaler.kube.crd import API_VERSION, object_to_spec
 from autoscaler.policy.document import policy_hash
 from autoscaler.policy.profiles import cost_first, recommended
+from autoscaler.policy.status import Override
 from autoscaler.store.crd import CrdPolicyStore
+from tests.deploy.manifests import ROOT
 from tests.real.kubectl import Kube
 
 STEADY = Decision(1.0, 1, 1, Reason.STEADY, "steady at 1", True)
@@ -138,3 +145,57 @@ async def test_a_second_tick_with_nothing_changed_writes_nothing(
         await cluster.close()
     after = (await kube.read(bare("steady", namespace)))["metadata"]["resourceVersion"]
     assert after == written  # no status write: the object did not change
+
+
+LEGACY_GROUP = "legacy.llmscaler.io"  # the old CRD, served apart from the current one
+
+
+def _old_crd() -> dict[str, Any]:
+    """deploy/base/crd.yaml before profiles (73d98bd^), moved to `LEGACY_GROUP`."""
+    if shutil.which("git") is None:
+        pytest.skip("git not installed: the old CRD is read from the history")
+    res = subprocess.run(
+        ["git", "show", "73d98bd^:deploy/base/crd.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if res.returncode != 0:
+        pytest.skip("the CRD before profiles (73d98bd^) is not in this checkout's history")
+    crd: dict[str, Any] = yaml.safe_load(res.stdout)
+    crd["spec"]["group"] = LEGACY_GROUP
+    crd["metadata"]["name"] = f"{crd['spec']['names']['plural']}.{LEGACY_GROUP}"
+    return crd
+
+
+async def test_what_the_old_crd_wrote_into_a_spec_is_what_overrides_profile_names(
+    kube: Kube, namespace: str, controller_api: ApiClient
+) -> None:
+    """The old CRD on the same API server fills its defaults into a one-metric spec;
+    that stored spec, moved to the current CRD, gets the condition naming exactly the
+    field that changes what the target runs."""
+    crd = _old_crd()
+    await kube.apply(crd)
+    try:
+        await kube.wait_established(crd["metadata"]["name"])
+        written = bare("upgraded", namespace, metrics=[{"signal": "waiting", "target": 4}])
+        written["apiVersion"] = f"{LEGACY_GROUP}/v1alpha1"
+        stored_by_old = (await kube.create(written))["spec"]
+    finally:
+        await kube.delete(crd)
+    assert stored_by_old["maxReplicaCount"] == 16  # filled in by the old API server schema
+    filled = set(stored_by_old) - {"scaleTargetRef", "metrics"}
+    assert {"minReplicaCount", "cooldownPeriod", "pollingInterval"} <= filled
+
+    moved = bare("upgraded", namespace)
+    moved["spec"] = stored_by_old
+    assert object_to_spec(moved).policy_status().overrides == (Override("maxReplicaCount", 16, 64),)
+    await kube.create(moved)
+    await _record(controller_api, namespace)
+    status = (await kube.read(moved))["status"]
+    (cond,) = [c for c in status["conditions"] if c["type"] == "OverridesProfile"]
+    assert cond["status"] == "True"
+    assert "maxReplicaCount=16 (profile: 64)" in cond["message"]
+    for harmless in sorted(filled - {"maxReplicaCount"}):
+        assert f"{harmless}=" not in cond["message"]  # the profile's own value: no effect

@@ -14,11 +14,16 @@ gives them) is read in a batch with the tick's other such targets, one query per
 per tick for all of them: a template with ``$by`` (every default one) is sent once,
 selecting the batch's pods and aggregating ``by (namespace, llm_target)``, where
 ``llm_target`` is the workload name taken from the pod name by ``label_replace``; the
-answer is split back per target (see `render_grouped`, `PrometheusSource`). Quantiles
-are still computed per target (``histogram_quantile`` over ``sum by (namespace,
-llm_target, le)``), so a target reads exactly what its own query would read. A target
-without series reads missing data; a failed grouped query is an error (unread) for every
-target it covered. Templates without ``$by`` are sent per target, as written.
+answer is split back per target (see `render_grouped`, `PrometheusSource`). Quantile
+templates (``histogram_quantile`` of a bucket ``rate``, as every default one) are not
+sent: their bucket ``sum by (namespace, llm_target, le) (rate(..._bucket[1m]))`` is
+fetched once per histogram family per tick and every quantile of that family is
+computed here per target with Prometheus' own ``histogram_quantile`` arithmetic
+(`autoscaler.metrics.buckets`), so a target reads what ``histogram_quantile`` would
+answer, and Prometheus computes the TTFT bucket rates once instead of three times. A
+target without series reads missing data; a failed grouped query is an error (unread)
+for every target it covered, for every signal computed from it. Templates without
+``$by`` are sent per target, as written (quantiles too: Prometheus computes them).
 
 An empty result or NaN leaves the signal absent (missing data, never 0); a failed query
 is reported in ``errors``; an answer out of range (``+Inf``, a negative count) is dropped,
@@ -32,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import urllib.parse
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +47,14 @@ import aiohttp
 import yarl
 
 from autoscaler.errors import AutoscalerError
+from autoscaler.metrics.buckets import (
+    BucketLayout,
+    Buckets,
+    Group,
+    QuantileSpec,
+    parse_buckets,
+    quantile_spec,
+)
 from autoscaler.metrics.signals import split_valid
 from autoscaler.metrics.source import PodEndpoint, TargetReading
 
@@ -240,6 +254,7 @@ class _Rendered:
     targets: list[tuple[str, WorkloadPods]]  # (key, workload), in batch order
     queries: dict[str, bytes]
     keys: dict[tuple[str, str], list[str]]
+    bucket_queries: dict[str, bytes]  # bucket query template -> its form field
 
 
 class PrometheusSource:
@@ -254,7 +269,13 @@ class PrometheusSource:
     ``batch_max_age_s`` and no longer fetching, starts a new one. A target first seen
     mid-tick gets a batch of its own. Answers of grouped queries may hold one series per
     target: their size cap is ``max_answer_bytes`` plus ``grouped_bytes_per_target`` per
-    target in the query.
+    target in the query; bucket answers (one series per target per bucket) are capped at
+    ``max_answer_bytes`` plus ``bucket_bytes_per_target`` per target.
+
+    Quantile templates among the groupable ones (`autoscaler.metrics.buckets`) are
+    computed from one bucket query per histogram family: ``grouped_queries`` names what a
+    batch sends (the other groupable templates by signal, then the bucket queries by
+    their template).
     """
 
     def __init__(
@@ -267,6 +288,7 @@ class PrometheusSource:
         max_concurrency: int = 32,
         max_answer_bytes: int = 1024 * 1024,
         grouped_bytes_per_target: int = 2048,
+        bucket_bytes_per_target: int = 16384,
         batch_max_age_s: float = 0.5,
         eval_time: Callable[[], float] | None = None,
     ) -> None:
@@ -274,14 +296,28 @@ class PrometheusSource:
             raise ValueError(f"timeout_s={timeout_s} must be > 0, max_concurrency >= 1")
         self.url = url
         self.queries = dict(queries)
-        self._grouped = {s: q for s, q in self.queries.items() if groupable(q)}
-        self._singles = {s: q for s, q in self.queries.items() if s not in self._grouped}
+        self._grouped: dict[str, str] = {}
+        self._quantiles: list[QuantileSpec] = []
+        self._singles: dict[str, str] = {}
+        for signal, template in self.queries.items():
+            spec = quantile_spec(signal, template) if groupable(template) else None
+            if spec is not None:
+                self._quantiles.append(spec)
+            elif groupable(template):
+                self._grouped[signal] = template
+            else:
+                self._singles[signal] = template
+        families = [t for spec in self._quantiles for _, t in spec.branches]
+        self._families = list(dict.fromkeys(families))  # each bucket query once
+        self.grouped_queries = {**self._grouped, **{t: t for t in self._families}}
+        self._layouts: dict[str, BucketLayout] = {}  # bucket query -> last answer's layout
         self._selector = selectors if callable(selectors) else selectors.__getitem__
         self._endpoint = yarl.URL(url.rstrip("/") + "/api/v1/query")
         self._timeout_s = timeout_s
         self._max_concurrency = max_concurrency
         self._max_answer_bytes = max_answer_bytes
         self._grouped_bytes_per_target = grouped_bytes_per_target
+        self._bucket_bytes_per_target = bucket_bytes_per_target
         self._batch_max_age_s = batch_max_age_s
         self._eval_time = eval_time  # Unix s sent as `time` (pins evaluation: tests)
         # Prometheus is told timeout_s; up to one more second covers the network.
@@ -310,8 +346,9 @@ class PrometheusSource:
             body += b"&time=" + f"{self._eval_time():.3f}".encode()
         return body
 
-    async def _post(self, promql: str | bytes, limit: int) -> Any:
-        """``promql`` as text, or already urlencoded (bytes: a cached grouped query)."""
+    async def _post_raw(self, promql: str | bytes, limit: int) -> bytes:
+        """A 200 answer's body; ``promql`` as text, or already urlencoded (bytes: a
+        cached grouped query). Any other status raises, with Prometheus' error."""
         session = self._client()
         assert self._semaphore is not None
         self.queries_sent += 1
@@ -328,16 +365,13 @@ class PrometheusSource:
                 body += chunk
                 if len(body) > limit:
                     raise AutoscalerError(f"answer larger than {limit} bytes")
-            try:
-                doc = json.loads(body)
-            except ValueError:
-                head = bytes(body[:120])
-                raise AutoscalerError(f"HTTP {resp.status}: not JSON: {head!r}") from None
-            ok = isinstance(doc, dict) and doc.get("status") == "success"
-            if resp.status != 200 or not ok:
-                detail = doc.get("error", doc) if isinstance(doc, dict) else doc
-                raise AutoscalerError(f"HTTP {resp.status}: {detail!r:.200}")
-            return doc
+            if resp.status != 200:
+                _document(resp.status, body)  # raises with Prometheus' error
+                raise AutoscalerError(f"HTTP {resp.status}")
+            return bytes(body)
+
+    async def _post(self, promql: str | bytes, limit: int) -> Any:
+        return _document(200, await self._post_raw(promql, limit))
 
     async def _fetch(self, signal: str, promql: str | bytes, limit: int) -> Any:
         """The answer document, or an error message (str)."""
@@ -347,6 +381,26 @@ class PrometheusSource:
             return f"{signal}: timeout after {self._total_s:g}s"
         except (aiohttp.ClientError, AutoscalerError, OSError) as exc:
             return f"{signal}: {type(exc).__name__}: {exc}"
+
+    async def _buckets(self, family: str, query: bytes, n_targets: int) -> Buckets | str:
+        """One bucket query's answer per (namespace, llm_target), or an error message."""
+        label = _family_label(family)
+        limit = self._max_answer_bytes + self._bucket_bytes_per_target * n_targets
+        try:
+            body = await self._post_raw(query, limit)
+            parsed = parse_buckets(body, self._layouts.get(family))
+        except TimeoutError:
+            return f"{label}: timeout after {self._total_s:g}s"
+        except (aiohttp.ClientError, AutoscalerError, OSError) as exc:
+            return f"{label}: {type(exc).__name__}: {exc}"
+        if isinstance(parsed, str):
+            return f"{label}: {parsed}"
+        buckets, layout = parsed
+        if layout is None:
+            self._layouts.pop(family, None)
+        else:
+            self._layouts[family] = layout
+        return buckets
 
     async def _one(self, signal: str, promql: str) -> _Answer:
         doc = await self._fetch(signal, promql, self._max_answer_bytes)
@@ -375,7 +429,10 @@ class PrometheusSource:
             sig: _quote(render_grouped(tpl, workloads)).encode()
             for sig, tpl in self._grouped.items()
         }
-        self._rendered = _Rendered(items, queries, keys)
+        bucket_queries = {
+            tpl: _quote(render_grouped(tpl, workloads)).encode() for tpl in self._families
+        }
+        self._rendered = _Rendered(items, queries, keys, bucket_queries)
         return self._rendered
 
     async def _fetch_batch(self, batch: _Batch) -> list[_Grouped]:
@@ -383,11 +440,12 @@ class PrometheusSource:
         batch.open = False
         rendered = self._render(batch.targets)
         n = len(batch.targets)
-        return list(
-            await asyncio.gather(
-                *(self._group(sig, q, n, rendered.keys) for sig, q in rendered.queries.items())
-            )
-        )
+        plain = [self._group(sig, q, n, rendered.keys) for sig, q in rendered.queries.items()]
+        families = [self._buckets(t, q, n) for t, q in rendered.bucket_queries.items()]
+        answers: list[Any] = await asyncio.gather(*plain, *families)
+        grouped: list[_Grouped] = answers[: len(plain)]
+        buckets = dict(zip(rendered.bucket_queries, answers[len(plain) :], strict=True))
+        return grouped + [_quantile_values(s, buckets, rendered.keys) for s in self._quantiles]
 
     def _start_batch(self, now: float, targets: dict[str, WorkloadPods]) -> _Batch:
         batch = _Batch(now, targets)
@@ -430,7 +488,7 @@ class PrometheusSource:
 
     async def read(self, key: str, pods: Sequence[PodEndpoint], now: float) -> TargetReading:
         target = self._selector(key)
-        if isinstance(target, WorkloadPods) and self._grouped:
+        if isinstance(target, WorkloadPods) and self.grouped_queries:
             singles, batched = self._singles, [self._batched(key, target, now)]
         else:
             singles, batched = self.queries, []
@@ -459,6 +517,56 @@ class PrometheusSource:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _document(status: int, body: bytes | bytearray) -> Any:
+    """A successful answer's JSON document; raises for anything else."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        head = bytes(body[:120])
+        raise AutoscalerError(f"HTTP {status}: not JSON: {head!r}") from None
+    ok = isinstance(doc, dict) and doc.get("status") == "success"
+    if status != 200 or not ok:
+        detail = doc.get("error", doc) if isinstance(doc, dict) else doc
+        raise AutoscalerError(f"HTTP {status}: {detail!r:.200}")
+    return doc
+
+
+_FAMILY: Final = re.compile(r"rate\(([^{\[()]+)")
+
+
+def _family_label(template: str) -> str:
+    """A bucket query's metric name (for error messages)."""
+    m = _FAMILY.search(template)
+    return m.group(1) if m else template
+
+
+def _quantile_values(
+    spec: QuantileSpec,
+    answers: Mapping[str, Buckets | str],
+    keys: Mapping[Group, list[str]],
+) -> _Grouped:
+    """One quantile signal per target key from the batch's bucket answers: the first
+    branch whose answer has the target's group gives its value (PromQL ``or``); NaN is
+    missing data; a failed bucket query fails the signal for every target (as the
+    ``histogram_quantile`` query would have failed)."""
+    per_branch: list[dict[Group, float]] = []
+    for q, family in spec.branches:
+        answer = answers[family]
+        if isinstance(answer, str):
+            return _Grouped(spec.signal, error=f"{spec.signal}: {answer}")
+        per_branch.append(answer.quantiles(q))
+    values: dict[str, float] = {}
+    for group, targets in keys.items():
+        for quantiles in per_branch:
+            if group in quantiles:
+                value = quantiles[group]
+                if value == value:  # NaN is missing data
+                    for k in targets:
+                        values[k] = value
+                break
+    return _Grouped(spec.signal, values)
 
 
 def _reading(

@@ -12,7 +12,7 @@ from autoscaler.control.ports import TargetView
 from autoscaler.control.signals import SourceSignals
 from autoscaler.control.state import TargetStatus
 from autoscaler.domain import TargetRef
-from autoscaler.metrics.prometheus import TARGET_LABEL, VLLM_QUERIES
+from autoscaler.metrics.prometheus import TARGET_LABEL, VLLM_QUERIES, PrometheusSource
 from autoscaler.policy.schema import load_policy
 from autoscaler.settings import Settings
 from autoscaler.store.base import ScaleTargetRef, TargetSpec
@@ -47,5 +47,7 @@ async def test_prometheus_mode_reads_every_target_with_one_query_per_signal(
     finally:
         await signals.close()
     assert (a.signals["waiting"], b.signals["waiting"]) == (0.3, 0.5)  # workloads a, b
-    assert len(prom.queries) == len(VLLM_QUERIES)
+    # one per non-quantile signal, one bucket query per histogram family
+    assert len(prom.queries) == len(PrometheusSource(prom.url, {}).grouped_queries)
+    assert len(prom.queries) < len(VLLM_QUERIES)
     assert all(TARGET_LABEL in q and '"(a|b)-.*"' in q for q in prom.queries)

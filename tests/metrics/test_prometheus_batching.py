@@ -42,7 +42,7 @@ async def test_reads_spread_over_a_tick_share_one_batch_and_each_tick_fetches_ag
     prom: FakePrometheus,
 ) -> None:
     source = PrometheusSource(prom.url, _targets("a", "b", "c"))
-    n = len(VLLM_QUERIES)
+    n = len(source.grouped_queries)
     await _tick(source, ["ns/a", "ns/b", "ns/c"], now=0.0)
     assert len(prom.queries) == n
     for tick in (1, 2):  # one read after the other, as observes finish apart
@@ -85,7 +85,7 @@ async def test_target_first_seen_after_the_batch_started_gets_its_own_then_joins
     prom: FakePrometheus,
 ) -> None:
     source = PrometheusSource(prom.url, _targets("a", "b", "c"))
-    n = len(VLLM_QUERIES)
+    n = len(source.grouped_queries)
     await _tick(source, ["ns/a", "ns/b"], now=0.0)
     late = await source.read("ns/c", PODS, now=0.2)  # the tick's batch already fetched
     assert late.signals["waiting"] == 0.7 and len(prom.queries) == 2 * n
@@ -102,7 +102,7 @@ async def test_forgotten_target_leaves_the_batch(prom: FakePrometheus) -> None:
     del targets["ns/b"]
     source.forget("ns/b")
     await _tick(source, ["ns/a"], now=1.0)
-    assert all('pod=~"(a)-' in q for q in prom.queries[-len(VLLM_QUERIES) :])
+    assert all('pod=~"(a)-' in q for q in prom.queries[-len(source.grouped_queries) :])
     await source.close()
 
 
@@ -125,7 +125,11 @@ async def test_grouped_answer_over_its_size_cap_is_unread_for_every_target(
     prom: FakePrometheus,
 ) -> None:
     source = PrometheusSource(
-        prom.url, _targets("a", "b"), max_answer_bytes=64, grouped_bytes_per_target=8
+        prom.url,
+        _targets("a", "b"),
+        max_answer_bytes=64,
+        grouped_bytes_per_target=8,
+        bucket_bytes_per_target=8,
     )
     for reading in await _tick(source, ["ns/a", "ns/b"], now=0.0):
         assert reading.signals == {} and reading.pods_read == 0
@@ -149,7 +153,7 @@ async def test_target_pointed_at_another_workload_is_queried_by_its_new_name(
     assert [r.signals["waiting"] for r in first] == [0.3, 0.5]
     targets["ns/b"] = WorkloadPods("ns", "c")  # same key, its scaleTargetRef edited
     a, b = await _tick(source, ["ns/a", "ns/b"], now=1.0)
-    assert all('pod=~"(a|c)-' in q for q in prom.queries[-len(VLLM_QUERIES) :])
+    assert all('pod=~"(a|c)-' in q for q in prom.queries[-len(source.grouped_queries) :])
     assert a.signals["waiting"] == 0.3 and b.signals["waiting"] == 0.7
     await source.close()
 
@@ -197,8 +201,8 @@ async def test_read_later_than_the_batch_age_joins_the_batch_still_in_flight(
 ) -> None:
     """A slow Prometheus spreads a tick's reads beyond ``batch_max_age_s``: they join the
     fetch in flight instead of starting one more batch of every query for every target."""
-    n = len(VLLM_QUERIES)
     source = PrometheusSource(prom.url, _targets("a", "b"), batch_max_age_s=0.5)
+    n = len(source.grouped_queries)
     await _tick(source, ["ns/a", "ns/b"], now=0.0)  # both known: batched together
     prom.hold, prom.received = asyncio.Event(), asyncio.Event()
     first = asyncio.ensure_future(source.read("ns/a", PODS, now=1.0))

@@ -100,6 +100,7 @@ async def test_grouped_queries_read_the_same_signals_as_per_target_queries() -> 
     assert s["prompt_tokens_per_s"] > 0 and 0 < s["ttft_p50_s"] <= 0.5
     assert by_group["llm/qwen.v2"].signals["waiting"] == 2  # the dot matched literally
     assert by_group["llm/absent"].signals == {}  # no series: missing, never 0
-    # one query per signal per tick for the 6 targets, from the first tick on
-    assert first_queries == grouped.queries_sent == len(grouped.queries)
+    # one query per signal (one per histogram family for the quantiles) per tick for the
+    # 6 targets, from the first tick on
+    assert first_queries == grouped.queries_sent == len(grouped.grouped_queries)
     assert per_target.queries_sent == len(per_target.queries) * len(keys)

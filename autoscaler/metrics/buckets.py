@@ -1,0 +1,360 @@
+"""Histogram quantiles computed in the controller from one bucket query per family.
+
+Prometheus evaluates ``histogram_quantile(q, sum by (namespace, llm_target, le)
+(rate(x_bucket[1m])))`` by computing the ``rate`` of every bucket series first; PromQL
+has no way to share that between the TTFT p50, p95 and p99 queries, so each one pays
+for reading every pod's bucket samples again (~3 s of Prometheus CPU per query at 1,000
+targets x 8 pods: docs/scale.md, "Prometheus mode"). Instead the source sends the inner
+``sum by (..., le) (rate(x_bucket[1m]))`` once per family per tick and computes each
+wanted quantile here, with Prometheus 2.42's ``histogram_quantile`` semantics for
+classic histograms (promql/quantile.go, ``bucketQuantile``, as in 2.20-2.48):
+
+- a series whose ``le`` does not parse as a float is skipped; series are grouped by
+  their other labels; buckets with the same bound are summed (``coalesceBuckets``);
+- NaN if the highest bound is not +Inf, if fewer than two buckets remain, or if there
+  are no observations (the +Inf bucket's count is 0); ``q`` NaN -> NaN, ``q`` < 0 ->
+  -Inf, ``q`` > 1 -> +Inf;
+- non-monotonic counts (e.g. after ``rate`` of buckets scraped apart) are raised to the
+  running maximum (``ensureMonotonic``; 2.49+ also ignores relative differences below
+  1e-12 first, ``correctPrecisionErrors``: not done here, as 2.42 does not);
+- the rank ``q x observations`` falls into the first bucket whose count reaches it
+  (Go's ``sort.Search`` over all but the +Inf bucket); in the +Inf bucket the result is
+  the highest finite bound; in the lowest bucket the lower bound is 0 if its upper bound
+  is > 0, else the result is that upper bound; otherwise linear interpolation
+  ``start + (end - start) * (rank / count)`` (0/0, q = 0 over an empty lowest bucket,
+  is NaN as in Go).
+
+The arithmetic is the same IEEE operations in the same order, so given the same summed
+bucket rates (Prometheus prints them exactly: shortest round-trip decimal) the result
+is the same float; tests/metrics/test_prometheus_buckets.py checks it against a real
+Prometheus 2.42. Known differences, none reachable with vLLM's numeric bounds: a NaN
+``le`` (Go's sort order with NaN is unspecified) reads NaN here, and ``le`` values in
+Go-only syntax (underscores, hex without ``p``) are skipped. A NaN result is missing
+data for the caller, never 0.
+
+Which templates: a query template of exactly the form the default quantile templates
+have, ``histogram_quantile(<number>, sum by ($by le) ($(rate(<selector>)$)))``, or an
+``or`` of such (the first branch with series for a target wins, as PromQL's ``or``
+keeps a left-hand series even when its value is NaN). Any other template is sent to
+Prometheus as written.
+
+Decoding cost: a bucket answer holds one series per target per bound (~23,000 at 1,000
+targets for TTFT). `BucketLayout` keeps what a parsed answer looked like without its
+numbers (the "skeleton": the JSON text with every sample's timestamp and value cut
+out); the next answer whose skeleton is byte-identical (the steady state: same targets,
+same buckets, same order) is decoded by splitting the text at the values and parsing
+only the numbers, into a targets x bounds matrix whose quantiles are computed column-wise
+with numpy, the same operations as above. Any other answer is parsed as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+Group = tuple[str, str]  # (namespace, llm_target) of a grouped answer's series
+Floats = npt.NDArray[np.float64]
+
+_NUMBER: Final = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+# one branch of a quantile template (see the module docstring)
+_BRANCH: Final = re.compile(
+    rf"histogram_quantile\(({_NUMBER}), "
+    r"(sum by \(\$by le\) \(\$\(rate\([^()]*\)\$\)\))\)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QuantileSpec:
+    """A signal computed from bucket answers: per branch (``q``, bucket query template),
+    the first branch whose answer has series for the target gives its value."""
+
+    signal: str
+    branches: tuple[tuple[float, str], ...]
+
+
+def quantile_spec(signal: str, template: str) -> QuantileSpec | None:
+    """The spec of a quantile template (see the module docstring), else None."""
+    branches = []
+    for part in template.split(" or "):
+        m = _BRANCH.fullmatch(part)
+        if m is None:
+            return None
+        branches.append((float(m.group(1)), m.group(2)))
+    return QuantileSpec(signal, tuple(branches))
+
+
+# Go's strconv.ParseFloat syntax (as Prometheus parses ``le``), without underscores
+_LE_SYNTAX: Final = re.compile(
+    rf"[+-]?{_NUMBER}|[+-]?(?i:inf(?:inity)?)|(?i:nan)"
+    r"|[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?\d+"
+)
+_LE_CACHE: dict[str, float | None] = {}
+
+
+def parse_le(text: str) -> float | None:
+    """An ``le`` label as Prometheus parses it, None where it fails (series skipped)."""
+    try:
+        return _LE_CACHE[text]
+    except KeyError:
+        pass
+    value: float | None = None
+    if _LE_SYNTAX.fullmatch(text):
+        x = float.fromhex(text) if "x" in text or "X" in text else float(text)
+        literal_inf = text.lstrip("+-")[:1] in ("i", "I")
+        value = None if math.isinf(x) and not literal_inf else x  # out of range: ErrRange
+    if len(_LE_CACHE) < 4096:
+        _LE_CACHE[text] = value
+    return value
+
+
+def _search(n: int, counts: Sequence[float], rank: float) -> int:
+    """Go's ``sort.Search(n, func(i) bool { return counts[i] >= rank })``, probe for probe
+    (so NaN counts land where Prometheus' binary search lands)."""
+    i, j = 0, n
+    while i < j:
+        h = (i + j) >> 1
+        if not counts[h] >= rank:
+            i = h + 1
+        else:
+            j = h
+    return i
+
+
+def bucket_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float:
+    """Prometheus 2.42 ``bucketQuantile`` over (upper bound, cumulative count) pairs of
+    one group, in any order; NaN where Prometheus returns NaN."""
+    if math.isnan(q):
+        return math.nan
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    merged: dict[float, float] = {}
+    for bound, count in buckets:
+        if math.isnan(bound):
+            return math.nan  # Go's sort with a NaN bound: unspecified order
+        merged[bound] = merged[bound] + count if bound in merged else count
+    if not merged:
+        return math.nan
+    bounds = sorted(merged)
+    if bounds[-1] != math.inf:
+        return math.nan
+    counts = [merged[b] for b in bounds]
+    top = counts[0]  # ensureMonotonic: raise decreases to the running maximum
+    for i in range(1, len(counts)):
+        c = counts[i]
+        if c > top:
+            top = c
+        elif c < top:
+            counts[i] = top
+    if len(bounds) < 2:
+        return math.nan
+    observations = counts[-1]
+    if observations == 0:
+        return math.nan
+    rank = q * observations
+    b = _search(len(bounds) - 1, counts, rank)
+    if b == len(bounds) - 1:
+        return bounds[-2]
+    if b == 0 and bounds[0] <= 0:
+        return bounds[0]
+    start = 0.0
+    end = bounds[b]
+    count = counts[b]
+    if b > 0:
+        start = bounds[b - 1]
+        count -= counts[b - 1]
+        rank -= counts[b - 1]
+    if count == 0:  # Go divides floats: 0/0 is NaN, x/0 is +-Inf
+        if rank == 0 or math.isnan(rank):
+            return math.nan
+        ratio = math.copysign(math.inf, rank) * math.copysign(1.0, count)
+        return start + (end - start) * ratio
+    return start + (end - start) * (rank / count)
+
+
+def _matrix_quantile(q: float, bounds: Floats, counts: Floats) -> Floats:
+    """`bucket_quantile` for every row of ``counts`` (finite, columns by ascending
+    ``bounds``, the last +Inf, at least two), the same float operations."""
+    rows, width = counts.shape
+    if math.isnan(q) or q < 0 or q > 1:
+        return np.full(rows, math.nan if math.isnan(q) else math.copysign(math.inf, q))
+    c = np.maximum.accumulate(counts, axis=1)
+    observations = c[:, -1]
+    rank = q * observations
+    b = (c[:, :-1] < rank[:, None]).sum(axis=1)  # first finite bucket reaching the rank
+    at = np.minimum(b, width - 1)
+    before = np.maximum(b - 1, 0)
+    index = np.arange(rows)
+    prev = np.where(b > 0, c[index, before], 0.0)
+    start = np.where(b > 0, bounds[before], 0.0)
+    end = bounds[at]
+    with np.errstate(all="ignore"):
+        out = start + (end - start) * ((rank - prev) / (c[index, at] - prev))
+    out = np.where(b == width - 1, bounds[width - 2], out)
+    if bounds[0] <= 0:
+        out = np.where(b == 0, bounds[0], out)
+    return np.where(observations == 0, math.nan, out)
+
+
+@dataclass(slots=True)
+class Buckets:
+    """One bucket query's answer, per group: the common layout's groups as matrix rows
+    (``groups``, ``bounds``, ``counts``), the others as (bound, count) pairs."""
+
+    groups: list[Group] = field(default_factory=list)
+    bounds: Floats = field(default_factory=lambda: np.empty(0))
+    counts: Floats = field(default_factory=lambda: np.empty((0, 0)))
+    other: dict[Group, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def quantiles(self, q: float) -> dict[Group, float]:
+        """``histogram_quantile(q, ...)`` per group present (NaN included)."""
+        out: dict[Group, float] = {}
+        if self.groups:
+            values = _matrix_quantile(q, self.bounds, self.counts).tolist()
+            out = dict(zip(self.groups, values, strict=True))
+        for group, pairs in self.other.items():
+            out[group] = bucket_quantile(q, pairs)
+        return out
+
+
+# A sample's timestamp and value in Prometheus' JSON: ``"value":[<ts>,"<value>"]``. Inside
+# a JSON string every ``"`` is escaped, so this only matches the sample itself.
+_SAMPLE: Final = re.compile(rb'"value":\[[^,\]]*,"([^"]*)"\]')
+
+
+def _split(body: bytes) -> tuple[bytes, list[bytes]]:
+    parts = _SAMPLE.split(body)
+    return b"".join(parts[0::2]), parts[1::2]
+
+
+@dataclass(slots=True)
+class BucketLayout:
+    """What an answer looked like without its numbers (see the module docstring):
+    values[perm] reshaped (groups x bounds) is the common layout's matrix; ``other``
+    lists the other groups' (value index, bound)."""
+
+    skeleton: bytes
+    size: int  # values in the answer
+    groups: list[Group]
+    bounds: Floats
+    perm: npt.NDArray[np.intp]
+    other: dict[Group, list[tuple[int, float]]]
+
+    def decode(self, values: Sequence[bytes]) -> Buckets:
+        numbers = np.fromiter(map(float, values), np.float64, len(values))
+        width = len(self.bounds)
+        counts = numbers[self.perm].reshape(len(self.groups), width)
+        groups = self.groups
+        other = {g: [(b, float(numbers[i])) for i, b in s] for g, s in self.other.items()}
+        finite = np.asarray(np.isfinite(counts).all(axis=1))
+        if not finite.all():  # NaN/Inf counts: those groups the exact scalar way
+            bounds: list[float] = self.bounds.tolist()
+            keep = [bool(ok) for ok in finite.tolist()]
+            for row, ok in enumerate(keep):
+                if not ok:
+                    other[groups[row]] = list(zip(bounds, counts[row].tolist(), strict=True))
+            groups = [g for g, ok in zip(groups, keep, strict=True) if ok]
+            counts = counts[finite]
+        return Buckets(groups, self.bounds, counts, other)
+
+
+def _series(doc: Any) -> list[Any] | str:
+    data = doc.get("data") if isinstance(doc, dict) else None
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.get("resultType") != "vector":
+        return f"unexpected answer {doc!r:.120}"
+    if not isinstance(result, list):
+        return f"unexpected answer {doc!r:.120}"
+    return result
+
+
+def parse_buckets(
+    body: bytes, layout: BucketLayout | None
+) -> tuple[Buckets, BucketLayout | None] | str:
+    """A successful bucket answer's groups, and the layout to decode the next one with
+    (``layout`` itself when this answer matched it); an error message if malformed."""
+    if layout is not None:
+        skeleton, values = _split(body)
+        if len(values) == layout.size and skeleton == layout.skeleton:
+            return layout.decode(values), layout
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return f"not JSON: {body[:120]!r}"
+    result = _series(doc)
+    if isinstance(result, str):
+        return result
+    pairs: dict[Group, list[tuple[int, float]]] = {}  # group -> (series index, bound)
+    numbers: list[float] = []
+    texts: list[str] = []
+    for series in result:
+        try:
+            labels = series["metric"]
+            text = series["value"][1]
+            value = float(text)
+            le = labels.get("le")
+            group = (labels.get("namespace", ""), labels.get("llm_target", ""))
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            return f"unexpected series {series!r:.120}"
+        texts.append(text if isinstance(text, str) else "")
+        numbers.append(value)
+        bound = parse_le(le) if isinstance(le, str) else None
+        if bound is not None:
+            pairs.setdefault(group, []).append((len(numbers) - 1, bound))
+    buckets = Buckets(
+        other={g: [(b, numbers[i]) for i, b in s] for g, s in pairs.items()},
+    )
+    return buckets, _layout(body, numbers, texts, pairs)
+
+
+def _layout(
+    body: bytes,
+    numbers: list[float],
+    texts: list[str],
+    pairs: dict[Group, list[tuple[int, float]]],
+) -> BucketLayout | None:
+    """The layout of a parsed answer, if its values split out of the text as parsed."""
+    skeleton, values = _split(body)
+    if len(values) != len(texts) or any(
+        v.decode("utf-8", "replace") != t for v, t in zip(values, texts, strict=True)
+    ):
+        return None
+    shapes: dict[tuple[float, ...], int] = {}
+    for s in pairs.values():
+        bounds = tuple(sorted(b for _, b in s))
+        shapes[bounds] = shapes.get(bounds, 0) + 1
+    common = max(shapes, key=shapes.__getitem__, default=())
+    valid = (
+        len(common) >= 2
+        and common[-1] == math.inf
+        and len(set(common)) == len(common)
+        and not any(map(math.isnan, common))
+    )
+    groups: list[Group] = []
+    perm: list[int] = []
+    other: dict[Group, list[tuple[int, float]]] = {}
+    for group, s in pairs.items():
+        ordered = sorted(s, key=lambda p: p[1])
+        if valid and tuple(b for _, b in ordered) == common:
+            groups.append(group)
+            perm.extend(i for i, _ in ordered)
+        else:
+            other[group] = s
+    if not valid:
+        common = ()
+    return BucketLayout(
+        skeleton,
+        len(values),
+        groups,
+        np.array(common, dtype=np.float64),
+        np.array(perm, dtype=np.intp),
+        other,
+    )

@@ -67,8 +67,14 @@ class CapacityEstimator:
     sustained: Mapping[str, Sequence[float]] = field(default_factory=dict)
     violating: Mapping[str, Sequence[float]] = field(default_factory=dict)
     last_t: float | None = None
-    # Derived, never compared: `capacities()` once computed.
+    # Derived, never compared: `capacities()` once computed. Until then, after
+    # `observe`: an earlier state's capacities and the names whose books changed since
+    # (the others' capacities are the same: each is a function of its own books).
     caps_cache: Mapping[str, float] | None = field(default=None, repr=False, compare=False)
+    caps_before: Mapping[str, float] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    changed: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_positive("slo_s", self.slo_s)
@@ -101,6 +107,7 @@ class CapacityEstimator:
         queued = queue is None or not math.isfinite(queue) or queue >= self.min_queue
         sustained = dict(self.sustained)
         violating = dict(self.violating)
+        changed: list[str] = []
         for name in set(self.fallback) | set(DEFAULT_CAPACITY_SIGNALS):
             value = signals.get(name)
             if value is None or not math.isfinite(value) or value < 0:
@@ -119,7 +126,21 @@ class CapacityEstimator:
             if not isinstance(old, Book):
                 old = Book.of(() if old is None else old, self.window)
             books[name] = old.appended(per_replica, self.window)
-        return evolve(self, sustained=sustained, violating=violating, last_t=t, caps_cache=None)
+            changed.append(name)
+        before: Mapping[str, float] | None = self.caps_cache
+        since: tuple[str, ...] = ()
+        if before is None:  # not computed here: an earlier state's, if any
+            before, since = self.caps_before, self.changed
+        return evolve(
+            self,
+            sustained=sustained,
+            violating=violating,
+            last_t=t,
+            caps_cache=None,
+            caps_before=before,
+            # each name once: bounded while nothing reads the capacities
+            changed=(*since, *(n for n in changed if n not in since)) if before is not None else (),
+        )
 
     def capacity(self, name: str) -> float | None:
         """Per-replica capacity for ``name``, or ``None`` when neither learned nor set."""
@@ -147,10 +168,17 @@ class CapacityEstimator:
     def capacities(self) -> dict[str, float]:
         """Every signal with a known per-replica capacity (computed once per state)."""
         if self.caps_cache is None:
-            names = set(self.fallback) | set(self.sustained)
-            out = {n: self.capacity(n) for n in sorted(names)}
-            caps = {n: v for n, v in out.items() if v is not None}
+            names = sorted(set(self.fallback) | set(self.sustained))
+            before, changed = self.caps_before, self.changed
+            caps: dict[str, float] = {}
+            for n in names:
+                if before is not None and n in before and n not in changed:
+                    caps[n] = before[n]  # its books are the ones `before` was built from
+                elif (v := self.capacity(n)) is not None:
+                    caps[n] = v
             object.__setattr__(self, "caps_cache", caps)
+            object.__setattr__(self, "caps_before", None)
+            object.__setattr__(self, "changed", ())
             return dict(caps)
         return dict(self.caps_cache)
 

@@ -454,6 +454,7 @@ class AutoCell:
     __slots__ = (
         "abs_actual",
         "abs_error",
+        "candidate_names",
         "candidates",
         "chosen",
         "error_tau_s",
@@ -485,6 +486,8 @@ class AutoCell:
             cells.append(_cell(c, cells[base_of] if base_of >= 0 else None))
             shared.append(base_of)
         self.candidates = tuple(cells)
+        names = tuple(c.name for c in cells)
+        self.candidate_names = _NAMES.setdefault(names, names)  # one tuple for all cells
         self.shared = tuple(shared)
         self.horizon_s = model.horizon_s
         self.error_tau_s = model.error_tau_s
@@ -664,6 +667,7 @@ def cell_of(model: Forecaster) -> ForecasterCell:
 
 
 _evolve = evolve
+_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
 _EWMA_TEMPLATE = Ewma()
 _HOLT_TEMPLATE = Holt()
 _SEASONAL_TEMPLATE = Seasonal()

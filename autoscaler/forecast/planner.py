@@ -300,46 +300,57 @@ class Planner:
     # -- outputs ----------------------------------------------------------------------
     def predict(self, t: float, horizon_s: float) -> dict[str, float]:
         """Predicted signal values at ``t + horizon_s`` (missing ones omitted)."""
+        models_now = {name: model.predict(t, 0.0) for name, model in self._models.items()}
+        loads_now = {name: load.predict(t, 0.0) for name, load in self._loads.items()}
+        return self._predict(t, horizon_s, self._driver(), models_now, loads_now)
+
+    def _predict(
+        self,
+        t: float,
+        horizon_s: float,
+        driver: str | None,
+        models_now: Mapping[str, float | None],
+        loads_now: Mapping[str, float | None],
+    ) -> dict[str, float]:
+        """`predict` given each model's and load's value now (``predict(t, 0.0)``, which
+        `forecast` reports too) and the driver."""
         out: dict[str, float] = {}
         for name, model in self._models.items():
             value = model.predict(t, horizon_s)
             if value is not None:
                 out[name] = value
-        driver = self._driver()
+        config = self.config
         ratio: float | None = None
         driver_pred: float | None = None
         if driver is not None:
             driver_pred = out.get(driver)
-            now = self._models[driver].predict(t, 0.0)
-            if (
-                driver_pred is not None
-                and now is not None
-                and now >= self.config.min_rate_for_ratio
-            ):
-                ratio = min(driver_pred / now, self.config.max_ratio)
-        for name, load in self._loads.items():
-            level = load.predict(t, 0.0)
-            k_level = self.intensity_of(name)
-            if ratio is not None and level is not None:
-                base = (
-                    self.latest_load.get(name, level)
-                    if self.config.load_base == "latest"
-                    else level
-                )
+            now = models_now[driver]
+            if driver_pred is not None and now is not None and now >= config.min_rate_for_ratio:
+                ratio = min(driver_pred / now, config.max_ratio)
+        latest = config.load_base == "latest"
+        for name, level in loads_now.items():
+            if level is None:
+                continue
+            if ratio is not None:
+                base = self.latest_load.get(name, level) if latest else level
                 out[name] = base * ratio
-            elif driver_pred is not None and k_level is not None and level is not None:
-                out[name] = driver_pred * k_level
+            elif driver_pred is not None:
+                k_level = self.intensity_of(name)
+                if k_level is not None:
+                    out[name] = driver_pred * k_level
         return out
 
     def forecast(self, t: float, horizon_s: float | None = None) -> Forecast:
         """`domain.Forecast` at ``t + horizon`` (default: the cold-start horizon)."""
         horizon = self.horizon_s() if horizon_s is None else horizon_s
         check_finite("horizon_s", horizon, minimum=0.0)
-        signals = self.predict(t, horizon)
+        models_now = {name: model.predict(t, 0.0) for name, model in self._models.items()}
+        loads_now = {name: load.predict(t, 0.0) for name, load in self._loads.items()}
         driver = self._driver()
+        signals = self._predict(t, horizon, driver, models_now, loads_now)
         model = self._models[driver].name if driver is not None else "none"
         caps = self.capacity.capacities()  # quantiles over the evidence: once per tick
-        self._numbers = self._report(t, horizon, signals, caps)
+        self._numbers = self._report(horizon, signals, caps, models_now, loads_now)
         return Forecast(
             horizon_s=horizon,
             signals=MappingProxyType(signals),
@@ -412,33 +423,38 @@ class Planner:
 
     def _report(
         self,
-        t: float,
         horizon_s: float,
         predicted: Mapping[str, float],
         caps: Mapping[str, float],
+        models_now: Mapping[str, float | None],
+        loads_now: Mapping[str, float | None],
     ) -> dict[str, float]:
+        cold_start = self.cold_start
         n: dict[str, float] = {
             "forecast.horizon_s": horizon_s,
-            "forecast.cold_start_s": self.cold_start.estimate_s,
-            "forecast.cold_start_learned": float(self.cold_start.learned),
-            "forecast.cold_start_samples": float(self.cold_start.seen),
+            "forecast.cold_start_s": cold_start.estimate_s,
+            "forecast.cold_start_learned": float(cold_start.learned),
+            "forecast.cold_start_samples": float(cold_start.seen),
         }
         for name, model in self._models.items():
-            now = model.predict(t, 0.0)
+            now = models_now[name]
             if now is not None:
                 n[_NOW[name]] = now
             if type(model) is AutoCell:
-                for cand, err in model.errors().items():
-                    n[_WAPE[name, cand]] = err
-        for name, load in self._loads.items():
-            level = load.predict(t, 0.0)
+                abs_actual = model.abs_actual
+                if model.scored and abs_actual > 0:  # Auto.errors(), inline
+                    keys = _WAPE.row(name, model.candidate_names)
+                    for key, err in zip(keys, model.abs_error, strict=True):
+                        n[key] = err / abs_actual
+        for name, level in loads_now.items():
             if level is not None:
                 n[_NOW[name]] = level
         for name, value in predicted.items():
             n[_PREDICTED[name]] = value
+        learned = self.capacity.learned
         for name, cap in caps.items():
             n[_PER_REPLICA[name]] = cap
-            n[_LEARNED[name]] = float(self.capacity.learned(name))
+            n[_LEARNED[name]] = 1.0 if learned(name) else 0.0
         return n
 
 
@@ -457,10 +473,21 @@ class _Keys(dict[str, str]):
 
 
 class _WapeKeys(dict[tuple[str, str], str]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
+
     def __missing__(self, name_cand: tuple[str, str]) -> str:
         name, cand = name_cand
         key = self[name_cand] = intern(f"forecast.{name}.wape.{cand}")
         return key
+
+    def row(self, name: str, cands: tuple[str, ...]) -> tuple[str, ...]:
+        """The keys of ``name``'s candidates, in order (built once per pair)."""
+        row = self.rows.get((name, cands))
+        if row is None:
+            row = self.rows[name, cands] = tuple(self[name, c] for c in cands)
+        return row
 
 
 _NOW = _Keys("forecast.", ".now")

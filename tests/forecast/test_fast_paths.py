@@ -12,6 +12,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoscaler.forecast.capacity import Book, CapacityEstimator
 from autoscaler.forecast.coldstart import ColdStartEstimator
@@ -175,3 +177,52 @@ def test_the_controller_imports_without_numpy() -> None:
     code = "import sys, autoscaler.app; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _recomputed(est: CapacityEstimator) -> dict[str, float]:
+    """Every capacity computed from the books, as before capacities were carried over."""
+    fresh = CapacityEstimator(
+        fallback=est.fallback,
+        window=est.window,
+        min_samples=est.min_samples,
+        sustained=est.sustained,
+        violating=est.violating,
+    )
+    names = sorted(set(fresh.fallback) | set(fresh.sustained))
+    return {n: v for n in names if (v := fresh.capacity(n)) is not None}
+
+
+_OBSERVATION = st.tuples(
+    st.integers(0, 4),  # ready replicas (0: ignored)
+    st.sampled_from((0.1, 0.3, 0.45, 0.6, 2.0)),  # latency around the 0.5 s SLO
+    st.sampled_from((None, 0.0, 3.0)),  # queue
+    st.lists(st.sampled_from((0.0, 5.0, 21.0, 40.0, 90.0)), min_size=4, max_size=4),
+    st.booleans(),  # read the capacities after this tick
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ticks=st.lists(_OBSERVATION, min_size=1, max_size=80))
+def test_capacities_carried_over_between_observations_equal_a_full_recompute(
+    ticks: list[tuple[int, float, float | None, list[float], bool]],
+) -> None:
+    """`observe` keeps the previous capacities and recomputes only the signals whose
+    books changed, whether or not the intermediate states were read."""
+    est = CapacityEstimator(fallback={"running": 40.0}, window=6, min_samples=3)
+    names = ("running", "arrival_rate_per_s", "prompt_tokens_per_s", "generation_tokens_per_s")
+    for i, (ready, latency, queue, values, read) in enumerate(ticks):
+        signals = dict(zip(names, values, strict=True))
+        signals["ttft_p95_s"] = latency
+        if queue is not None:
+            signals["waiting"] = queue
+        est = est.observe(float(i), ready, signals)
+        if read:
+            caps = est.capacities()
+            assert list(caps.items()) == list(_recomputed(est).items())
+            assert caps == {
+                n: v
+                for n in sorted(set(est.fallback) | set(est.sustained))
+                if (v := _numpy_capacity(est, n)) is not None
+            }
+        assert len(est.changed) == len(set(est.changed)) <= len(names)
+    assert list(est.capacities().items()) == list(_recomputed(est).items())

@@ -1,7 +1,10 @@
 """The controller at fleet scale: N targets x 8 pods, one process, pollingInterval 1 s.
 
 Run: nice -n 10 .venv/bin/python benchmarks/bench_scale.py --targets 10 100 [--duration 60]
-(writes benchmarks/results/scale.json; one row per N, merged with the rows already there)
+     [--scrape-workers K] [--cluster-loop uvloop|asyncio]
+(writes benchmarks/results/scale.json; one row per N and K, merged with the rows there)
+Scrape workers side by side: --compare-workers 0 2 [--rounds 2] runs this tree with K=0
+and K=2 alternately in fresh processes (writes results/scale_workers_k0_vs_k2.json).
 Before/after: --baseline REV [--rounds 2] measures that git revision's code (extracted
 with ``git archive``) and this tree alternately in fresh processes, the median of each
 side by side (writes benchmarks/results/scale_vs_baseline.json). The controller runs on
@@ -21,7 +24,13 @@ forecast planner on, so steady state is what is measured: no scale writes.
 After ``--warmup`` seconds it measures for ``--duration`` seconds: tick duration p50/p99
 (the loop's own observation), decisions per target per second, CPU (cores and CPU-seconds
 per tick per target: the machine is shared, so the CPU figure is the one to compare),
-RSS over time, API requests/s as counted by the endpoint, and log lines/s.
+RSS over time, API requests/s as counted by the endpoint, and log lines/s. CPU is the
+controller's own (``RUSAGE_SELF``) plus its scrape workers' (utime + stime of each
+worker pid in /proc/<pid>/stat, over the same window; a worker restart fails the run),
+each also reported alone, and the cluster process's own (/proc, reported apart, never in
+the controller's figure). Memory: the controller's RSS as before, and RSS and PSS summed
+over the controller and its workers (/proc/<pid>/smaps_rollup). The cluster process runs
+on uvloop by default (``--cluster-loop``), recorded in each row.
 """
 
 from __future__ import annotations
@@ -61,10 +70,27 @@ POLICY = {
 
 # ----------------------------------------------------------------------------- cluster
 def serve_cluster(
-    targets: int, pods: int, ready_file: str, stats_file: str, pages: int, wrap: bool
+    targets: int,
+    pods: int,
+    ready_file: str,
+    stats_file: str,
+    pages: int,
+    wrap: bool,
+    loop_choice: str = "uvloop",
 ) -> None:
-    """The other process: the local API endpoint and every pod's metrics server."""
-    asyncio.run(_serve_cluster(targets, pods, Path(ready_file), Path(stats_file), pages, wrap))
+    """The other process: the local API endpoint and every pod's metrics server, on
+    uvloop unless ``loop_choice`` is asyncio (or uvloop is not installed): at 8,000
+    pages/s this process takes ~1 core on asyncio's loop, which the controller side of a
+    2-core machine then lacks."""
+    main = _serve_cluster(targets, pods, Path(ready_file), Path(stats_file), pages, wrap)
+    factory = None
+    if loop_choice == "uvloop":
+        with contextlib.suppress(ImportError):
+            import uvloop
+
+            factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main)
 
 
 async def _serve_cluster(
@@ -128,8 +154,39 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of another process (a scrape worker, the cluster), from
+    /proc/<pid>/stat (clock ticks, 10 ms)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_pss_mb(pid: int | str = "self") -> tuple[float, float]:
+    """RSS and PSS (shared pages divided among the processes sharing them) of a
+    process, from /proc/<pid>/smaps_rollup."""
+    rss = pss = float("nan")
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Rss:"):
+                rss = int(line.split()[1]) / 1024
+            elif line.startswith("Pss:"):
+                pss = int(line.split()[1]) / 1024
+    return rss, pss
+
+
+def _worker_pids(ctl: Any) -> list[int]:
+    """The controller's scrape worker processes (none in-process or on older code)."""
+    source = getattr(getattr(ctl.loop, "signals", None), "source", None)
+    pids = getattr(source, "pids", None)
+    return [p for p in pids() if p is not None] if callable(pids) else []
+
+
 async def measure(
-    url: str, targets: int, pods: int, stats: Path, args: argparse.Namespace
+    url: str, targets: int, pods: int, stats: Path, args: argparse.Namespace, cluster_pid: int
 ) -> dict[str, Any]:
     from autoscaler.api.metrics import ControllerMetrics
     from autoscaler.app import Controller
@@ -154,12 +211,16 @@ async def measure(
     def api_calls() -> dict[str, Any]:
         return dict(json.loads(stats.read_text()))
 
+    extra: dict[str, Any] = {}
+    if args.scrape_workers:  # code before scrape workers ignores the setting
+        extra["scrape_workers"] = args.scrape_workers
     settings = Settings(
         http=HttpSettings(host="127.0.0.1", port=0),
         grpc=GrpcSettings(host="127.0.0.1", port=0),
         tick_interval_s=1.0,
         leader_election=True,
         scrape_concurrency=args.scrape_concurrency,
+        **extra,
     )
     metrics = Recording()
     if args.trace_memory:
@@ -191,36 +252,49 @@ async def measure(
         # since the GC pacer, tune_gc takes the controller (its loop's ticks pace the GC)
         pacer = tune(ctl) if inspect.signature(tune).parameters else tune()
     samples: list[dict[str, float]] = []
+
+    def sample(now: float) -> dict[str, float]:
+        rss, pss = rss_pss_mb()
+        for pid in _worker_pids(ctl):
+            w_rss, w_pss = rss_pss_mb(pid)
+            rss, pss = rss + w_rss, pss + w_pss
+        return {
+            "t_s": round(now - t0, 1),
+            "rss_mb": round(rss_mb(), 1),
+            "rss_mb_sum": round(rss, 1),
+            "pss_mb_sum": round(pss, 1),
+            "cpu_s": round(cpu_s(), 2),
+        }
+
     try:
         await asyncio.sleep(args.warmup)
+        workers = _worker_pids(ctl)
+        if len(workers) != args.scrape_workers:
+            raise RuntimeError(f"{len(workers)} scrape workers up, {args.scrape_workers} asked")
+        start_workers = sum(proc_cpu_s(p) for p in workers)
+        start_cluster = proc_cpu_s(cluster_pid)
         start_t, start_cpu, start_dec = time.monotonic(), cpu_s(), metrics.decided
         start_gc, start_gc_n = list(gc_time), list(gc_count)
         start_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start_calls = api_calls()
         end_t = start_t + args.duration
         while (now := time.monotonic()) < end_t:
-            samples.append(
-                {
-                    "t_s": round(now - t0, 1),
-                    "rss_mb": round(rss_mb(), 1),
-                    "cpu_s": round(cpu_s(), 2),
-                }
-            )
+            samples.append(sample(now))
             await asyncio.sleep(min(10.0, end_t - now))
         wall = time.monotonic() - start_t
-        cpu = cpu_s() - start_cpu
+        own_cpu = cpu_s() - start_cpu
+        if _worker_pids(ctl) != workers:
+            raise RuntimeError(f"scrape workers restarted: {workers} -> {_worker_pids(ctl)}")
+        workers_cpu = sum(proc_cpu_s(p) for p in workers) - start_workers
+        cluster_cpu = proc_cpu_s(cluster_pid) - start_cluster
+        cpu = own_cpu + workers_cpu
         decisions = metrics.decided - start_dec
         end_calls = api_calls()
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start_faults
         gc_s = [b - a for a, b in zip(start_gc, gc_time, strict=True)]
         gc_n = [b - a for a, b in zip(start_gc_n, gc_count, strict=True)]
-        samples.append(
-            {
-                "t_s": round(time.monotonic() - t0, 1),
-                "rss_mb": round(rss_mb(), 1),
-                "cpu_s": round(cpu_s(), 2),
-            }
-        )
+        samples.append(sample(time.monotonic()))
+        worker_mem = [rss_pss_mb(p) for p in workers]
         leader = ctl.state.is_leader
         if args.trace_memory:
             import tracemalloc
@@ -247,8 +321,17 @@ async def measure(
         "tick_p50_ms": round(q[49] * 1000, 1),
         "tick_p99_ms": round(q[98] * 1000, 1),
         "decisions_per_target_s": round(decisions / targets / wall, 3),
+        "scrape_workers": args.scrape_workers,
+        "cluster_loop": args.cluster_loop,
+        # CPU: the controller's own (RUSAGE_SELF) + its scrape workers' (/proc/<pid>/stat)
         "cpu_cores": round(cpu / wall, 3),
+        "cpu_cores_controller": round(own_cpu / wall, 3),
+        "cpu_cores_workers": round(workers_cpu / wall, 3),
+        "cluster_cpu_cores": round(cluster_cpu / wall, 3),
         "cpu_ms_per_tick_per_target": round(1000 * cpu / max(len(window), 1) / targets, 3),
+        "cpu_ms_per_tick_per_target_controller": round(
+            1000 * own_cpu / max(len(window), 1) / targets, 3
+        ),
         "cpu_ms_per_decision": round(1000 * cpu / max(decisions, 1), 3),
         "gc_ms_per_s": round(1000 * sum(gc_s) / wall, 1),
         "minor_faults_per_s": round(faults / wall),
@@ -257,6 +340,10 @@ async def measure(
         "gc_ms_by_generation": [round(1000 * x, 1) for x in gc_s],
         "gc_collected_by_generation": list(gc_found),
         "rss_mb_end": samples[-1]["rss_mb"],
+        # the controller + its scrape workers, /proc/<pid>/smaps_rollup
+        "rss_mb_sum_end": samples[-1]["rss_mb_sum"],
+        "pss_mb_sum_end": samples[-1]["pss_mb_sum"],
+        "worker_rss_pss_mb": [[round(r, 1), round(p, 1)] for r, p in worker_mem],
         "rss_mb_peak": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "api_requests_per_s": round(calls / wall, 3),
         "api_requests_per_target_s": round(calls / wall / targets, 5),
@@ -293,7 +380,14 @@ def run_one(targets: int, args: argparse.Namespace) -> dict[str, Any]:
         ready, stats = Path(tmp) / "ready.json", Path(tmp) / "stats.json"
         proc = multiprocessing.Process(
             target=serve_cluster,
-            args=(targets, args.pods, str(ready), str(stats), *page_variants(args)),
+            args=(
+                targets,
+                args.pods,
+                str(ready),
+                str(stats),
+                *page_variants(args),
+                args.cluster_loop,
+            ),
             daemon=True,
         )
         proc.start()
@@ -311,7 +405,8 @@ def run_one(targets: int, args: argparse.Namespace) -> dict[str, Any]:
                 configure_logging("json", "INFO")
                 try:
                     run_loop = _run_module_attr("run_loop")
-                    main = measure(url, targets, args.pods, stats, args)
+                    assert proc.pid is not None
+                    main = measure(url, targets, args.pods, stats, args, proc.pid)
                     if args.profile:
                         import cProfile
 
@@ -335,22 +430,30 @@ def run_one(targets: int, args: argparse.Namespace) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| targets | pods | tick p50 / p99 (ms) | decisions/target/s | CPU cores | "
-        "CPU ms/tick/target | RSS end / peak (MB) | API req/s (per target) | log lines/s |\n"
-        "|---|---|---|---|---|---|---|---|---|\n"
+        "| targets | pods | scrape workers | tick p50 / p99 (ms) | decisions/target/s | "
+        "CPU cores (controller + workers) | CPU ms/tick/target | RSS / PSS sum (MB) | "
+        "cluster cores | API req/s (per target) | log lines/s |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     body = "".join(
-        f"| {r['targets']} | {r['pods']} | {r['tick_p50_ms']} / {r['tick_p99_ms']} | "
-        f"{r['decisions_per_target_s']} | {r['cpu_cores']} | {r['cpu_ms_per_tick_per_target']} | "
-        f"{r['rss_mb_end']} / {r['rss_mb_peak']} | {r['api_requests_per_s']} "
-        f"({r['api_requests_per_target_s']}) | {r['log_lines_per_s']} |\n"
+        f"| {r['targets']} | {r['pods']} | {r.get('scrape_workers', 0)} | "
+        f"{r['tick_p50_ms']} / {r['tick_p99_ms']} | {r['decisions_per_target_s']} | "
+        f"{r['cpu_cores']} ({r.get('cpu_cores_controller', r['cpu_cores'])} + "
+        f"{r.get('cpu_cores_workers', 0.0)}) | {r['cpu_ms_per_tick_per_target']} | "
+        f"{r.get('rss_mb_sum_end', r['rss_mb_end'])} / {r.get('pss_mb_sum_end', '-')} | "
+        f"{r.get('cluster_cpu_cores', '-')} ({r.get('cluster_loop', 'asyncio')}) | "
+        f"{r['api_requests_per_s']} ({r['api_requests_per_target_s']}) | "
+        f"{r['log_lines_per_s']} |\n"
         for r in rows
     )
     return head + body
 
 
-def _run_worker(code: Path | None, targets: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One measurement in a fresh process, of the code under ``code`` (else this tree)."""
+def _run_worker(
+    code: Path | None, targets: int, args: argparse.Namespace, workers: int | None = None
+) -> dict[str, Any]:
+    """One measurement in a fresh process, of the code under ``code`` (else this tree),
+    with ``workers`` scrape workers (default: ``--scrape-workers``)."""
     env = dict(os.environ)
     if code is not None:
         env["PYTHONPATH"] = str(code)
@@ -358,6 +461,8 @@ def _run_worker(code: Path | None, targets: int, args: argparse.Namespace) -> di
     cmd += [str(args.pods), "--warmup", str(args.warmup), "--duration", str(args.duration)]
     cmd += ["--scrape-concurrency", str(args.scrape_concurrency)]
     cmd += ["--event-loop", args.event_loop, "--page-variants", str(args.page_variants)]
+    cmd += ["--cluster-loop", args.cluster_loop]
+    cmd += ["--scrape-workers", str(args.scrape_workers if workers is None else workers)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     row: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     expected = str((code or ROOT) / "autoscaler")
@@ -368,7 +473,10 @@ def _run_worker(code: Path | None, targets: int, args: argparse.Namespace) -> di
 
 COMPARED = (
     ("CPU ms/tick/target", "cpu_ms_per_tick_per_target"),
-    ("CPU cores", "cpu_cores"),
+    ("CPU cores (controller + workers)", "cpu_cores"),
+    ("CPU cores, controller", "cpu_cores_controller"),
+    ("CPU cores, workers", "cpu_cores_workers"),
+    ("cluster process cores", "cluster_cpu_cores"),
     ("tick p50 (ms)", "tick_p50_ms"),
     ("tick p99 (ms)", "tick_p99_ms"),
     ("decisions/target/s", "decisions_per_target_s"),
@@ -376,6 +484,54 @@ COMPARED = (
     ("minor page faults/s", "minor_faults_per_s"),
     ("RSS end (MB)", "rss_mb_end"),
 )
+WORKERS_COMPARED = (
+    *COMPARED,
+    ("RSS sum, controller + workers (MB)", "rss_mb_sum_end"),
+    ("PSS sum, controller + workers (MB)", "pss_mb_sum_end"),
+)
+
+
+def compare_workers(args: argparse.Namespace) -> None:
+    """``--compare-workers K1 K2``: this tree with K1 then K2 scrape workers, alternately
+    in fresh processes, ``--rounds`` times each per N; medians side by side."""
+    k1, k2 = args.compare_workers
+    head = tree_rev()
+    document: dict[str, Any] = {
+        "benchmark": "bench_scale --compare-workers",
+        "command": " ".join(["benchmarks/bench_scale.py", *sys.argv[1:]]),
+        "code": head,
+        "machine": {"cpus": os.cpu_count(), "load_before": os.getloadavg()},
+        "by_targets": {},
+    }
+    markdown = ""
+    for n in args.targets:
+        before: list[dict[str, Any]] = []
+        after: list[dict[str, Any]] = []
+        for _ in range(args.rounds):
+            before.append(_run_worker(None, n, args, k1))
+            print(table([before[-1]]), flush=True)
+            after.append(_run_worker(None, n, args, k2))
+            print(table([after[-1]]), flush=True)
+        table_rows, part = compared_table(
+            f"N={n} targets x {args.pods} pods on {head}, median of {args.rounds} alternating "
+            f"runs (cluster on {args.cluster_loop})",
+            before,
+            after,
+            WORKERS_COMPARED,
+            f"K={k1}",
+            f"K={k2}",
+        )
+        print(part, flush=True)
+        markdown += part + "\n"
+        document["by_targets"][str(n)] = {
+            "rows": table_rows,
+            "raw": {f"K={k1}": before, f"K={k2}": after},
+        }
+    document["machine"]["load_after"] = os.getloadavg()
+    document["markdown"] = markdown
+    out = RESULTS.with_name(args.out or f"scale_workers_k{k1}_vs_k{k2}.json")
+    out.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -430,6 +586,28 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--scrape-concurrency", type=int, default=64)
     parser.add_argument(
+        "--scrape-workers",
+        type=int,
+        default=0,
+        help="as `llm-autoscaler run --scrape-workers` (0: scraping in the controller)",
+    )
+    parser.add_argument(
+        "--compare-workers",
+        type=int,
+        nargs=2,
+        metavar=("K1", "K2"),
+        default=None,
+        help="this tree with K1 then K2 scrape workers, alternately in fresh processes, "
+        "--rounds times each (writes benchmarks/results/scale_workers_k<K1>_vs_k<K2>.json)",
+    )
+    parser.add_argument("--out", default=None, help="with --compare-workers: the JSON name")
+    parser.add_argument(
+        "--cluster-loop",
+        default="uvloop",
+        choices=("uvloop", "asyncio"),
+        help="the event loop of the cluster process (pods + local API; default uvloop)",
+    )
+    parser.add_argument(
         "--page-variants",
         type=int,
         default=0,
@@ -470,6 +648,9 @@ def main() -> None:
     if args.baseline:
         compare(args)
         return
+    if args.compare_workers:
+        compare_workers(args)
+        return
     rows = []
     for n in args.targets:
         row = run_one(n, args)
@@ -477,10 +658,12 @@ def main() -> None:
         rows.append(row)
         print(table([row]), flush=True)
     existing = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"rows": []}
-    keep = [
-        r for r in existing.get("rows", []) if r["targets"] not in {r2["targets"] for r2 in rows}
-    ]
-    merged = sorted(keep + rows, key=lambda r: r["targets"])
+
+    def row_key(r: dict[str, Any]) -> tuple[int, int]:  # one row per N and K
+        return r["targets"], r.get("scrape_workers", 0)
+
+    keep = [r for r in existing.get("rows", []) if row_key(r) not in {row_key(r2) for r2 in rows}]
+    merged = sorted(keep + rows, key=row_key)
     document = {
         "benchmark": "bench_scale",
         "machine": {"cpus": os.cpu_count()},

@@ -314,12 +314,13 @@ class PlannerAdapter:
     def update(self, t: float, signals: Mapping[str, float], view: TargetView) -> None:
         samples = view.cold_start_samples_s
         total = view.cold_start_total or len(samples)
-        if total < self._samples_seen:  # a new source of samples: start over
-            self._samples_seen = 0
-        new = min(total - self._samples_seen, len(samples))
-        for duration_s in samples[len(samples) - new :] if new > 0 else ():
-            self.planner.observe_pod_ready(t, duration_s)
-        self._samples_seen = total
+        if total != self._samples_seen:  # else nothing new (every tick in steady state)
+            if total < self._samples_seen:  # a new source of samples: start over
+                self._samples_seen = 0
+            new = min(total - self._samples_seen, len(samples))
+            for duration_s in samples[len(samples) - new :] if new > 0 else ():
+                self.planner.observe_pod_ready(t, duration_s)
+            self._samples_seen = total
         self.planner.update(t, signals, view.ready_replicas or None)
 
     def forecast(self, t: float) -> Forecast | None:

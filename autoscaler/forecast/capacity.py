@@ -75,6 +75,8 @@ class CapacityEstimator:
         default=None, init=False, repr=False, compare=False
     )
     changed: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    # the signals `observe` looks at: the fallback's and DEFAULT_CAPACITY_SIGNALS
+    signal_names: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_positive("slo_s", self.slo_s)
@@ -93,6 +95,8 @@ class CapacityEstimator:
         check_finite("min_load_fraction", self.min_load_fraction, minimum=0.0)
         check_finite("near_slo_fraction", self.near_slo_fraction, minimum=0.0)
         object.__setattr__(self, "fallback", _frozen(self.fallback))
+        names = tuple(set(self.fallback) | set(DEFAULT_CAPACITY_SIGNALS))
+        object.__setattr__(self, "signal_names", _NAMES.setdefault(names, names))
 
     def observe(
         self, t: float, ready_replicas: int, signals: Mapping[str, float]
@@ -104,29 +108,37 @@ class CapacityEstimator:
             return self  # no latency reading: this tick says nothing about capacity
         ok = latency <= self.slo_s
         queue = signals.get(self.queue_signal)
-        queued = queue is None or not math.isfinite(queue) or queue >= self.min_queue
-        sustained = dict(self.sustained)
-        violating = dict(self.violating)
+        queued = queue is None or not _isfinite(queue) or queue >= self.min_queue
+        near_slo = queued and latency >= self.near_slo_fraction * self.slo_s
+        if not ok and not queued:
+            # slow without a queue: the requests' own size, not the load (every signal)
+            return evolve(self, last_t=t)
+        fallback = self.fallback
+        window = self.window
+        min_load = self.min_load_fraction
+        old_books = self.sustained if ok else self.violating
+        books: dict[str, Sequence[float]] | None = None  # copied on the first change
         changed: list[str] = []
-        for name in set(self.fallback) | set(DEFAULT_CAPACITY_SIGNALS):
+        for name in self.signal_names:
             value = signals.get(name)
-            if value is None or not math.isfinite(value) or value < 0:
+            if value is None or not _isfinite(value) or value < 0:
                 continue
             per_replica = value / ready_replicas
-            threshold = self.fallback.get(name)
-            loaded = (queued and latency >= self.near_slo_fraction * self.slo_s) or (
-                threshold is not None and per_replica >= self.min_load_fraction * threshold
-            )
-            if ok and not loaded:
-                continue  # light load proves nothing about the limit
-            if not ok and not queued:
-                continue  # slow without a queue: the requests' own size, not the load
-            books = sustained if ok else violating
+            if ok and not near_slo:
+                threshold = fallback.get(name)
+                if threshold is None or not per_replica >= min_load * threshold:
+                    continue  # light load proves nothing about the limit
+            if books is None:
+                books = dict(old_books)
             old = books.get(name)
             if not isinstance(old, Book):
-                old = Book.of(() if old is None else old, self.window)
-            books[name] = old.appended(per_replica, self.window)
+                old = Book.of(() if old is None else old, window)
+            books[name] = old.appended(per_replica, window)
             changed.append(name)
+        if books is None:
+            return evolve(self, last_t=t)  # no book changed: the capacities stay
+        sustained = books if ok else self.sustained
+        violating = self.violating if ok else books
         before: Mapping[str, float] | None = self.caps_cache
         since: tuple[str, ...] = ()
         if before is None:  # not computed here: an earlier state's, if any
@@ -145,25 +157,28 @@ class CapacityEstimator:
     def capacity(self, name: str) -> float | None:
         """Per-replica capacity for ``name``, or ``None`` when neither learned nor set."""
         threshold = self.fallback.get(name)
-        seen = self.sustained.get(name, ())
-        learned = (
-            quantile_sorted(_ordered(seen), self.quantile)
-            if len(seen) >= self.min_samples
-            else None
-        )
-        if learned is None and threshold is None:
-            return None
-        value = max(x for x in (learned, threshold) if x is not None)
-        bad = self.violating.get(name, ())
-        if len(bad) >= self.min_samples:
-            ordered = _ordered(bad)
-            ceiling = quantile_sorted(ordered, self.violation_quantile)
-            if ceiling > 0:
-                value = min(value, ceiling)
+        seen = self.sustained.get(name)
+        learned = None
+        if seen is not None and _length(seen) >= self.min_samples:
+            learned = quantile_sorted(_ordered(seen), self.quantile)
+        if learned is None:
+            if threshold is None:
+                return None
+            value = threshold
+        elif threshold is not None and threshold > learned:  # max(learned, threshold)
+            value = threshold
+        else:
+            value = learned
+        bad = self.violating.get(name)
+        if bad is not None and _length(bad) >= self.min_samples:
+            ceiling = quantile_sorted(_ordered(bad), self.violation_quantile)
+            if ceiling > 0 and ceiling < value:  # min(value, ceiling)
+                value = ceiling
         return value
 
     def learned(self, name: str) -> bool:
-        return len(self.sustained.get(name, ())) >= self.min_samples
+        book = self.sustained.get(name)
+        return book is not None and _length(book) >= self.min_samples
 
     def capacities(self) -> dict[str, float]:
         """Every signal with a known per-replica capacity (computed once per state)."""
@@ -181,6 +196,15 @@ class CapacityEstimator:
             object.__setattr__(self, "changed", ())
             return dict(caps)
         return dict(self.caps_cache)
+
+
+_isfinite = math.isfinite
+_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}  # one tuple per set of signal names
+
+
+def _length(book: Sequence[float]) -> int:
+    """``len(book)``, without `Book.__len__`'s Python call for a `Book`."""
+    return len(book.ordered) if type(book) is Book else len(book)
 
 
 def _ordered(book: Sequence[float]) -> Sequence[float]:

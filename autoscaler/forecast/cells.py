@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from autoscaler.forecast.auto import _ANY_NONE, _T_TARGET, _VALUES, Auto
 from autoscaler.forecast.models import Ewma, Forecaster, Holt, Seasonal
@@ -35,18 +35,6 @@ _copysign = math.copysign
 _floor = math.floor
 _INF = math.inf
 _NAN = math.nan
-
-
-def _check(t: float, value: float, last_t: float | None) -> bool:
-    """`models._check_sample`: validate; False for a repeated tick (same ``t``)."""
-    if not (_isfinite(t) and _isfinite(value) and value >= 0.0):
-        check_finite("t", t)
-        check_finite("value", value, minimum=0.0)
-    if last_t is None:
-        return True
-    if t < last_t:
-        raise ValueError(f"t: value {t!r} must be >= the previous sample time {last_t!r}")
-    return t > last_t
 
 
 class _Filtered:
@@ -142,18 +130,68 @@ class EwmaCell(_Filtered):
 
     def update(self, t: float, value: float) -> bool:
         """Advance by one sample; False (nothing changed) for a repeated tick."""
+        if not (_isfinite(t) and _isfinite(value) and value >= 0.0):
+            check_finite("t", t)
+            check_finite("value", value, minimum=0.0)
+        return self.take(t, value)
+
+    def take(self, t: float, value: float) -> bool:
+        """`update` of a sample already checked (``t`` finite, ``value`` finite and >= 0:
+        the planner checks each once per tick). The hottest code of a planner tick (12
+        samples per target): `_step` inline."""
         last_t = self.last_t
-        if not _check(t, value, last_t):
-            return False
+        if last_t is not None and not t > last_t:
+            if t < last_t:
+                raise ValueError(f"t: value {t!r} must be >= the previous sample time {last_t!r}")
+            return False  # a repeated tick
         level = self.level
         if level is None or last_t is None or t - last_t > self.max_gap_s:
             self.last_t = t
             self.level = value
-            self._restart_filter()
+            self.has_filt = True  # _restart_filter
+            self.run_sign = 0
             return True
         dt = t - last_t
         innovation = value - level
-        clipped = self._step(t, dt, innovation, level)
+        # -- _Filtered._step(t, dt, innovation, level), inline --
+        self.has_filt = True
+        scale = self.scale
+        if scale is None:
+            self.scale = abs(innovation)
+            clipped = innovation
+        else:
+            params = self.fparams
+            band = scale
+            floor = params.min_scale_rel * abs(level)
+            if floor > band:
+                band = floor
+            if params.min_scale_abs > band:
+                band = params.min_scale_abs
+            bound = params.huber_k * band
+            magnitude = abs(innovation)
+            run_start: float | None = None
+            if magnitude <= bound:
+                clipped = innovation
+                sign = 0
+            else:
+                sign = 1 if innovation > 0 else -1
+                old_start = self.run_start_t
+                if sign == self.run_sign and old_start is not None:
+                    run_start = old_start
+                    if t - old_start >= params.confirm_s:
+                        clipped = innovation
+                    else:
+                        clipped = _copysign(bound, innovation)
+                        magnitude = bound
+                else:
+                    run_start = t
+                    clipped = _copysign(bound, innovation)
+                    if not t - t >= params.confirm_s:
+                        magnitude = bound
+            self.scale = scale + -_expm1(-dt / params.scale_tau_s) * (magnitude - scale)
+            self.run_sign = sign
+            self.run_start_t = run_start
+        # -- end of the filter --
         tau = self.tau_s
         if dt >= tau:
             clipped = innovation
@@ -243,9 +281,18 @@ class HoltCell(_Filtered):
         self._load_filter(model.filt, model.robust)
 
     def update(self, t: float, value: float) -> bool:
+        if not (_isfinite(t) and _isfinite(value) and value >= 0.0):
+            check_finite("t", t)
+            check_finite("value", value, minimum=0.0)
+        return self.take(t, value)
+
+    def take(self, t: float, value: float) -> bool:
+        """`update` of a sample already checked (see `EwmaCell.take`)."""
         last_t = self.last_t
-        if not _check(t, value, last_t):
-            return False
+        if last_t is not None and not t > last_t:
+            if t < last_t:
+                raise ValueError(f"t: value {t!r} must be >= the previous sample time {last_t!r}")
+            return False  # a repeated tick
         level = self.level
         if level is None or last_t is None or t - last_t > self.max_gap_s:
             self.last_t = t
@@ -343,9 +390,20 @@ class SeasonalCell:
     def level(self) -> float | None:
         return self.base.level
 
+    @property
+    def last_t(self) -> float | None:
+        return self.base.last_t
+
     def update(self, t: float, value: float) -> bool:
+        if not (_isfinite(t) and _isfinite(value) and value >= 0.0):
+            check_finite("t", t)
+            check_finite("value", value, minimum=0.0)
+        return self.take(t, value)
+
+    def take(self, t: float, value: float) -> bool:
+        """`update` of a sample already checked (see `EwmaCell.take`)."""
         prev_t = self.base.last_t
-        if not self.base.update(t, value):
+        if not self.base.take(t, value):
             return False
         self.advance(t, value, prev_t)
         return True
@@ -473,22 +531,20 @@ class AutoCell:
 
     def __init__(self, model: Auto) -> None:
         cells: list[Cell] = []
-        # shared[i]: candidate i is a Seasonal whose base is an earlier Holt candidate's
-        # object (as `make_forecaster` builds them): index of that candidate, else -1.
-        shared: list[int] = []
+        # follows[i]: candidate i is a Seasonal whose base is the object of the Holt
+        # candidate just before it (as `make_forecaster` builds them): it shares that cell.
+        # (Another layout gets its own base cell: the same values, computed twice.)
+        follows: list[bool] = []
         for c in model.candidates:
-            base_of = -1
-            if type(c) is Seasonal:
-                for k, other in enumerate(model.candidates[: len(cells)]):
-                    if type(other) is Holt and c.base is other:
-                        base_of = k
-                        break
-            cells.append(_cell(c, cells[base_of] if base_of >= 0 else None))
-            shared.append(base_of)
+            prev = model.candidates[len(cells) - 1] if cells else None
+            shares = type(c) is Seasonal and type(prev) is Holt and c.base is prev
+            cells.append(_cell(c, cells[-1] if shares else None))
+            follows.append(shares)
         self.candidates = tuple(cells)
+        shared = tuple(follows)
+        self.shared = _NAMES.setdefault(shared, shared)  # one tuple for all cells
         names = tuple(c.name for c in cells)
-        self.candidate_names = _NAMES.setdefault(names, names)  # one tuple for all cells
-        self.shared = tuple(shared)
+        self.candidate_names = _NAMES.setdefault(names, names)
         self.horizon_s = model.horizon_s
         self.error_tau_s = model.error_tau_s
         self.record_every_s = model.record_every_s
@@ -532,24 +588,28 @@ class AutoCell:
         the sample is valid, as the planner stored nothing when an update raised)."""
         if horizon_s is not None:  # checked before any candidate changes
             check_finite("horizon_s", horizon_s, minimum=0.0)
+        if not (_isfinite(t) and _isfinite(value) and value >= 0.0):
+            check_finite("t", t)
+            check_finite("value", value, minimum=0.0)
+        return self.take(t, value, horizon_s)
+
+    def take(self, t: float, value: float, horizon_s: float | None = None) -> bool:
+        """`update` of a sample already checked (see `EwmaCell.take`)."""
+        if horizon_s is not None and not (_isfinite(horizon_s) and horizon_s >= 0.0):
+            check_finite("horizon_s", horizon_s, minimum=0.0)
         cands = self.candidates
-        shared = self.shared
-        changed = False
-        # per candidate: whether it took the sample, and a Holt's previous sample time
-        took = [False] * len(cands)
-        prev_t: list[float | None] = [None] * len(cands)
-        for i, c in enumerate(cands):
-            base_of = shared[i]
-            if base_of >= 0:
-                if took[base_of]:
-                    assert type(c) is SeasonalCell
-                    c.advance(t, value, prev_t[base_of])
+        changed = took = False
+        prev_t: float | None = None
+        for c, follows in zip(cands, self.shared, strict=True):
+            if follows:  # a Seasonal on the previous candidate's Holt cell
+                if took:
+                    c.advance(t, value, prev_t)  # type: ignore[union-attr]
                     changed = True
                 continue
-            if type(c) is HoltCell:
-                prev_t[i] = c.last_t
-            if c.update(t, value):
-                took[i] = changed = True
+            prev_t = c.last_t
+            took = c.take(t, value)
+            if took:
+                changed = True
         if horizon_s is not None:
             self.horizon_s = horizon_s
         if not changed:
@@ -618,10 +678,9 @@ class AutoCell:
 
     def snapshot(self) -> Auto:
         shots: list[Forecaster] = []
-        for i, c in enumerate(self.candidates):
-            base_of = self.shared[i]
-            if base_of >= 0:
-                base = shots[base_of]
+        for c, follows in zip(self.candidates, self.shared, strict=True):
+            if follows:
+                base = shots[-1]
                 assert isinstance(c, SeasonalCell) and isinstance(base, Holt)
                 shots.append(c.snapshot(base))
             else:
@@ -667,7 +726,7 @@ def cell_of(model: Forecaster) -> ForecasterCell:
 
 
 _evolve = evolve
-_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+_NAMES: dict[Any, Any] = {}  # shared tuples (candidate names, layouts)
 _EWMA_TEMPLATE = Ewma()
 _HOLT_TEMPLATE = Holt()
 _SEASONAL_TEMPLATE = Seasonal()

@@ -177,8 +177,10 @@ class Planner:
         """Feed one tick. Absent signals are missing (skipped), never zero."""
         check_finite("t", t)
         horizon = self.horizon_s()
+        config = self.config
         models = self._models
-        for name in self.config.rate_signals:
+        # Each value is checked here once (finite, >= 0; t above), so the cells `take` it.
+        for name in config.rate_signals:
             value = signals.get(name)
             if value is None:
                 continue
@@ -188,25 +190,25 @@ class Planner:
             if model is None:
                 model = cell_of(
                     make_forecaster(
-                        self.config.forecaster,
+                        config.forecaster,
                         horizon_s=horizon,
-                        period_s=self.config.season_period_s,
-                        bins=self.config.season_bins,
+                        period_s=config.season_period_s,
+                        bins=config.season_bins,
                     )
                 )
                 if type(model) is AutoCell:
-                    model.update(t, value, horizon)
+                    model.take(t, value, horizon)
                 else:
-                    model.update(t, value)
+                    model.take(t, value)
                 models[name] = model  # stored once its first sample was valid
             elif type(model) is AutoCell:
-                model.update(t, value, horizon)
+                model.take(t, value, horizon)
             else:
-                model.update(t, value)
+                model.take(t, value)
         loads = self._loads
         latest = self.latest_load
-        present: list[tuple[str, float]] = []
-        for name in self.config.load_signals:
+        present: list[str] = []
+        for name in config.load_signals:
             value = signals.get(name)
             if value is None:
                 continue
@@ -214,49 +216,57 @@ class Planner:
                 _checked(name, value)
             load = loads.get(name)
             if load is None:
-                load = EwmaCell(Ewma(tau_s=self.config.load_tau_s))
-                load.update(t, value)
+                load = EwmaCell(Ewma(tau_s=config.load_tau_s))
+                load.take(t, value)
                 loads[name] = load
             else:
-                load.update(t, value)
+                load.take(t, value)
             latest[name] = value
-            present.append((name, value))
+            present.append(name)
         driver = self._driver()
         rate_now = signals.get(driver) if driver is not None else None
-        if present and rate_now is not None and rate_now >= self.config.min_rate_for_ratio:
+        if present and rate_now is not None and rate_now >= config.min_rate_for_ratio:
             # Both sides smoothed alike, so the ratio stays unbiased through transients.
-            self._update_intensity(t, rate_now, present)
+            self._update_intensity(t, rate_now, present, signals)
         if ready_replicas is not None:
             self.capacity = self.capacity.observe(t, ready_replicas, signals)
         self.last_t = t
 
     def _update_intensity(
-        self, t: float, rate_now: float, present: list[tuple[str, float]]
+        self, t: float, rate_now: float, present: list[str], signals: Mapping[str, float]
     ) -> None:
         """Advance each present signal's (load, rate) pair. The rate cell is shared by the
         signals fed the same rates (every load signal, in steady state), so it advances
         once; a signal whose history differs (it was missing) gets its own copy first."""
         cells = self._intensity
         nums: list[RatioCell] = []
-        wanted: dict[SharedEwmaCell | None, int] = {}
-        for name, value in present:
+        for name in present:
             num = cells.get(name)
             if num is None:
                 num = cells[name] = RatioCell(_INTENSITY)
-            num.update(t, value)
+            num.take(t, signals[name])
             nums.append(num)
-            den = num.den
-            wanted[den] = wanted.get(den, 0) + 1
+        den = nums[0].den
+        if den is not None and den.users == len(nums):
+            for num in nums:
+                if num.den is not den:
+                    break
+            else:  # steady state: every reader of the shared cell was fed
+                den.take(t, rate_now)
+                return
+        wanted: dict[SharedEwmaCell | None, int] = {}
+        for num in nums:
+            wanted[num.den] = wanted.get(num.den, 0) + 1
         advanced: dict[SharedEwmaCell | None, SharedEwmaCell] = {}
-        for den, users in wanted.items():
-            if den is None:
+        for old, users in wanted.items():
+            if old is None:
                 new = SharedEwmaCell(_INTENSITY, users)
-            elif users == den.users:
-                new = den
+            elif users == old.users:
+                new = old
             else:
-                new = den.split(users)
-            new.update(t, rate_now)
-            advanced[den] = new
+                new = old.split(users)
+            new.take(t, rate_now)
+            advanced[old] = new
         for num in nums:
             num.den = advanced[num.den]
 
@@ -350,12 +360,15 @@ class Planner:
         signals = self._predict(t, horizon, driver, models_now, loads_now)
         model = self._models[driver].name if driver is not None else "none"
         caps = self.capacity.capacities()  # quantiles over the evidence: once per tick
-        self._numbers = self._report(horizon, signals, caps, models_now, loads_now)
+        learned = self.capacity.learned
+        flags = {name: learned(name) for name in caps}
+        self._numbers = self._report(horizon, signals, caps, flags, models_now, loads_now)
         return Forecast(
             horizon_s=horizon,
             signals=MappingProxyType(signals),
             model=model,
-            capacity_per_replica=MappingProxyType(self.learned_capacities(caps)),
+            # learned_capacities(caps)
+            capacity_per_replica=MappingProxyType({n: c for n, c in caps.items() if flags[n]}),
         )
 
     def learned_capacities(self, caps: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -426,6 +439,7 @@ class Planner:
         horizon_s: float,
         predicted: Mapping[str, float],
         caps: Mapping[str, float],
+        learned: Mapping[str, bool],
         models_now: Mapping[str, float | None],
         loads_now: Mapping[str, float | None],
     ) -> dict[str, float]:
@@ -451,10 +465,9 @@ class Planner:
                 n[_NOW[name]] = level
         for name, value in predicted.items():
             n[_PREDICTED[name]] = value
-        learned = self.capacity.learned
         for name, cap in caps.items():
             n[_PER_REPLICA[name]] = cap
-            n[_LEARNED[name]] = 1.0 if learned(name) else 0.0
+            n[_LEARNED[name]] = 1.0 if learned[name] else 0.0
         return n
 
 

@@ -7,8 +7,12 @@ never on a timer, and assert no timing.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import select
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -299,3 +303,35 @@ def test_on_uvloop_the_workers_read_restart_and_close_like_on_asyncio() -> None:
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         pids = runner.run(scenario())
     assert len(pids) == 3 and [p for p in pids if alive(p)] == []
+
+
+def test_workers_exit_when_the_controller_process_is_killed() -> None:
+    """EOF on their stdin ends them: a SIGKILLed controller leaves no scrape worker."""
+    script = (
+        "import asyncio, json\n"
+        "from autoscaler.metrics.scrape_workers import ScrapeWorkers, WorkerConfig\n"
+        "async def main():\n"
+        "    workers = ScrapeWorkers(worker=WorkerConfig(workers=2))\n"
+        "    await workers.start()\n"
+        "    print(json.dumps(workers.pids()), flush=True)\n"
+        "    await asyncio.Event().wait()\n"
+        "asyncio.run(main())\n"
+    )
+    controller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert controller.stdout is not None
+        ready, _, _ = select.select([controller.stdout], [], [], BOUND_S)
+        assert ready, "the controller did not start its workers"
+        pids = json.loads(controller.stdout.readline())
+        assert len(pids) == 2
+        handles = [os.pidfd_open(p) for p in pids]  # readable once the process has exited
+    finally:
+        controller.kill()
+        controller.wait(BOUND_S)
+    try:
+        for fd in handles:
+            ready, _, _ = select.select([fd], [], [], BOUND_S)
+            assert ready, "a scrape worker outlived its controller"
+    finally:
+        for fd in handles:
+            os.close(fd)

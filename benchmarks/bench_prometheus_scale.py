@@ -250,7 +250,11 @@ def serve_fake_prometheus(port: int) -> None:
     """A FAKE Prometheus (as bench_prometheus_fleet's): answers a grouped query with one
     series per workload its pod regex names, labelled ``namespace`` and ``llm_target``,
     in /api/v1/query's JSON shape, values that keep the fleet steady and change on
-    every answer; serves its query count on /metrics as Prometheus does."""
+    every answer; a bucket query (``sum by (..., le)`` of a ``_bucket`` rate, not inside
+    ``histogram_quantile``) with one series per workload per bound of vLLM V1's
+    layouts, le-major as Prometheus orders them, printed compactly as Prometheus does
+    (no series for the older ``time_per_output_token`` name, as V1 pods); serves its
+    query count on /metrics as Prometheus does."""
     import asyncio
 
     asyncio.run(_serve_fake(port))
@@ -266,6 +270,25 @@ async def _serve_fake(port: int) -> None:
     ns_re = re.compile(r'namespace=~?"([^"]*)"')
     rng = random.Random(1)
     queries = [0]
+    layouts = {  # family -> (le labels in Prometheus' (string) order, cumulative shape)
+        "time_to_first_token_seconds_bucket": _fake_layout(TTFT_LE, 0.3),
+        "inter_token_latency_seconds_bucket": _fake_layout(ITL_LE, 0.04),
+    }
+
+    def buckets(family: str, names: list[str], namespace: str) -> bytes:
+        les, cdf = layouts.get(family, ((), {}))
+        now = round(time.time(), 3)
+        rates = [rng.uniform(15.0, 25.0) for _ in names]
+        result = [
+            {
+                "metric": {"le": le, "llm_target": name, "namespace": namespace},
+                "value": [now, repr(round(rate * cdf[le], 9))],
+            }
+            for le in les
+            for name, rate in zip(names, rates, strict=True)
+        ]
+        doc = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        return json.dumps(doc, separators=(",", ":")).encode()
 
     async def query(request: web.Request) -> web.Response:
         promql = str((await request.post())["query"])
@@ -274,6 +297,10 @@ async def _serve_fake(port: int) -> None:
         names = match.group(1).split("|") if match else []
         ns = ns_re.search(promql)
         namespace = ns.group(1) if ns else ""
+        if "_bucket" in promql and "histogram_quantile" not in promql:
+            family = promql.split("rate(", 1)[1].split("{", 1)[0].split(":", 1)[-1]
+            body = buckets(family, names, namespace)
+            return web.Response(body=body, content_type="application/json")
         value = next((f for metric, f in _FAKE_VALUES if metric in promql), None)
         now = round(time.time(), 3)
         result = []
@@ -302,6 +329,14 @@ async def _serve_fake(port: int) -> None:
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, backlog=1024).start()
     await asyncio.Event().wait()
+
+
+def _fake_layout(bounds: tuple[float, ...], mean: float) -> tuple[list[str], dict[str, float]]:
+    """A family's ``le`` labels sorted as strings (Prometheus' series order) and the
+    cumulative fraction at each (exponential latencies of ``mean``)."""
+    cdf = {f"{le}": 1 - math.exp(-le / mean) for le in bounds}
+    cdf["+Inf"] = 1.0
+    return sorted(cdf), cdf
 
 
 # -------------------------------------------------------------------------- prometheus
@@ -537,6 +572,11 @@ def _bucket_quantile(q: float, before: dict[str, float], after: dict[str, float]
     return f">{1000 * float(bounds[-2]):g}"
 
 
+def _bound(quantile: str) -> float:
+    """`_bucket_quantile`'s text as a number (ms; above the highest bound: +Inf)."""
+    return math.inf if quantile.startswith(">") or quantile == "none" else float(quantile)
+
+
 def run_controller(
     world: World, code: Path | None, label: str, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -644,6 +684,8 @@ def run_controller(
         "tick_mean_ms": round(1000 * (t1["sum"] - t0["sum"]) / max(ticks, 1), 1),
         "tick_p50_ms_le": _bucket_quantile(0.5, t0["buckets"], t1["buckets"]),
         "tick_p99_ms_le": _bucket_quantile(0.99, t0["buckets"], t1["buckets"]),
+        "tick_p50_ms_bound": _bound(_bucket_quantile(0.5, t0["buckets"], t1["buckets"])),
+        "tick_p99_ms_bound": _bound(_bucket_quantile(0.99, t0["buckets"], t1["buckets"])),
         "controller_cpu_cores": round(cpu["controller"], 3),
         "controller_cpu_ms_per_tick": round(1000 * cpu["controller"] * wall / max(ticks, 1), 1),
         "controller_rss_mb": rss["controller"],
@@ -655,6 +697,7 @@ def run_controller(
         "api_requests_by_verb": verbs,
         "leader": bool(leader),
         "prometheus_cpu_cores": round(cpu["prometheus"], 3),
+        "prometheus_cpu_ms_per_tick": round(1000 * cpu["prometheus"] * wall / max(ticks, 1), 1),
         "prometheus_rss_mb": rss["prometheus"],
         "prometheus_head_series": round(total(p1, "prometheus_tsdb_head_series")),
         "prometheus_query_inner_eval_s": inner,
@@ -667,14 +710,29 @@ def run_controller(
 
 
 def time_queries(world: World, reps: int = 3) -> dict[str, dict[str, float]]:
-    """Each grouped query the controller sends, for all N targets, alone (no controller
-    running): best wall time of ``reps`` and Prometheus' CPU per query (its /proc)."""
-    from autoscaler.metrics.prometheus import VLLM_QUERIES, WorkloadPods, render_grouped
+    """Each grouped query, for all N targets, alone (no controller running): best wall
+    time of ``reps`` and Prometheus' CPU per query (its /proc). Every default template
+    as written (what the controller sent before the promq pass: 12 per tick, the
+    quantiles as ``histogram_quantile``), then this tree's bucket queries (named
+    ``buckets:<family>``; the queries the controller sends now are the 8 non-quantile
+    templates plus those)."""
+    from autoscaler.metrics.prometheus import (
+        VLLM_QUERIES,
+        PrometheusSource,
+        WorkloadPods,
+        render_grouped,
+    )
 
     assert world.prom is not None
     targets = [WorkloadPods(NAMESPACE, f"m{t:04d}") for t in range(world.targets)]
     out: dict[str, dict[str, float]] = {}
-    for name, template in VLLM_QUERIES.items():
+    sent = getattr(PrometheusSource(world.prom_url, {}), "grouped_queries", {})
+    families = {
+        "buckets:" + t.split("rate(", 1)[1].split("{", 1)[0]: t
+        for t in sent.values()
+        if t not in VLLM_QUERIES.values()
+    }
+    for name, template in {**VLLM_QUERIES, **families}.items():
         body = urllib.parse.urlencode({"query": render_grouped(template, targets)}).encode()
         walls, size = [], 0
         c0 = proc_cpu_s(world.prom.pid)
@@ -693,14 +751,21 @@ def time_queries(world: World, reps: int = 3) -> dict[str, dict[str, float]]:
 
 
 def query_table(n: int, costs: dict[str, dict[str, float]]) -> str:
+    from autoscaler.metrics.prometheus import VLLM_QUERIES
+
     text = (
         f"N={n}: each grouped query alone\n\n| signal | wall ms | Prometheus CPU ms | answer kB |\n"
     )
     text += "|---|---|---|---|\n"
     for name, c in costs.items():
         text += f"| {name} | {c['wall_ms']} | {c['prometheus_cpu_ms']} | {c['answer_kb']} |\n"
-    cpu = sum(c["prometheus_cpu_ms"] for c in costs.values())
-    return text + f"| all 12 (one tick) | | {round(cpu, 1)} | |\n"
+    quantiles = {"ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "itl_p95_s"}
+    before = [c for name, c in costs.items() if name in VLLM_QUERIES]
+    after = [c for name, c in costs.items() if name not in quantiles]
+    for label, part in (("histogram_quantile as written", before), ("bucket queries", after)):
+        cpu = sum(c["prometheus_cpu_ms"] for c in part)
+        text += f"| one tick, quantiles by {label} ({len(part)} queries) | | {round(cpu, 1)} | |\n"
+    return text
 
 
 COLUMNS = (
@@ -734,9 +799,12 @@ COMPARED = (
     ("decisions/target/s", "decisions_per_target_s"),
     ("tick mean (ms)", "tick_mean_ms"),
     ("PromQL queries/tick", "promql_queries_per_tick"),
+    ("tick p50 (ms, bucket bound)", "tick_p50_ms_bound"),
+    ("tick p99 (ms, bucket bound)", "tick_p99_ms_bound"),
     ("controller RSS (MB)", "controller_rss_mb"),
     ("API requests/target/s", "api_requests_per_target_s"),
     ("Prometheus CPU cores", "prometheus_cpu_cores"),
+    ("Prometheus CPU ms/tick", "prometheus_cpu_ms_per_tick"),
 )
 
 

@@ -827,6 +827,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="runs of each side (--baseline)")
     parser.add_argument("--profile", default=None, help="run the controller under cProfile")
     parser.add_argument(
+        "--output",
+        default=None,
+        help="with --baseline: the result file (default "
+        "benchmarks/results/prometheus_scale_vs_baseline_<real|fake>.json)",
+    )
+    parser.add_argument(
         "--time-queries",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -918,7 +924,11 @@ def compare(
         markdown += part + "\n"
         document["by_targets"][str(n)] = {"rows": out, "raw": {"before": before, "after": after}}
     document["markdown"] = markdown
-    out_path = RESULTS.with_name(f"prometheus_scale_vs_baseline_{args.prometheus}.json")
+    out_path = (
+        Path(args.output)
+        if args.output
+        else RESULTS.with_name(f"prometheus_scale_vs_baseline_{args.prometheus}.json")
+    )
     out_path.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote {out_path}", file=sys.stderr)
 

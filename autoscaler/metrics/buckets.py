@@ -249,7 +249,10 @@ class BucketLayout:
     other: dict[Group, list[tuple[int, float]]]
 
     def decode(self, values: Sequence[bytes]) -> Buckets:
-        numbers = np.fromiter(map(float, values), np.float64, len(values))
+        return self.fill(np.fromiter(map(float, values), np.float64, len(values)))
+
+    def fill(self, numbers: Floats) -> Buckets:
+        """The groups of an answer with this layout whose values are ``numbers``."""
         width = len(self.bounds)
         counts = numbers[self.perm].reshape(len(self.groups), width)
         groups = self.groups
@@ -292,44 +295,45 @@ def parse_buckets(
     result = _series(doc)
     if isinstance(result, str):
         return result
+    try:  # comprehensions, not a loop with a try per series: ~2x faster
+        metrics = [series["metric"] for series in result]
+        texts = [series["value"][1] for series in result]
+        numbers = [float(text) for text in texts]
+        les = [m.get("le") for m in metrics]
+        groups = [(m.get("namespace", ""), m.get("llm_target", "")) for m in metrics]
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return f"unexpected series in {result!r:.120}"
     pairs: dict[Group, list[tuple[int, float]]] = {}  # group -> (series index, bound)
-    numbers: list[float] = []
-    texts: list[str] = []
-    for series in result:
-        try:
-            labels = series["metric"]
-            text = series["value"][1]
-            value = float(text)
-            le = labels.get("le")
-            group = (labels.get("namespace", ""), labels.get("llm_target", ""))
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-            return f"unexpected series {series!r:.120}"
-        texts.append(text if isinstance(text, str) else "")
-        numbers.append(value)
+    for i, (group, le) in enumerate(zip(groups, les, strict=True)):
         bound = parse_le(le) if isinstance(le, str) else None
         if bound is not None:
-            pairs.setdefault(group, []).append((len(numbers) - 1, bound))
-    buckets = Buckets(
-        other={g: [(b, numbers[i]) for i, b in s] for g, s in pairs.items()},
-    )
-    return buckets, _layout(body, numbers, texts, pairs)
+            pairs.setdefault(group, []).append((i, bound))
+    array = np.array(numbers, dtype=np.float64)
+    new = _layout(body, array, pairs)
+    if new is not None:
+        return new.fill(array), new
+    return Buckets(other={g: [(b, numbers[i]) for i, b in s] for g, s in pairs.items()}), None
 
 
 def _layout(
-    body: bytes,
-    numbers: list[float],
-    texts: list[str],
-    pairs: dict[Group, list[tuple[int, float]]],
+    body: bytes, numbers: Floats, pairs: dict[Group, list[tuple[int, float]]]
 ) -> BucketLayout | None:
-    """The layout of a parsed answer, if its values split out of the text as parsed."""
+    """The layout of a parsed answer, if its values split out of the text as parsed
+    (the same numbers in the same order)."""
     skeleton, values = _split(body)
-    if len(values) != len(texts) or any(
-        v.decode("utf-8", "replace") != t for v, t in zip(values, texts, strict=True)
-    ):
+    if len(values) != len(numbers):
+        return None
+    try:
+        split = np.fromiter(map(float, values), np.float64, len(values))
+    except ValueError:
+        return None
+    if not np.array_equal(split, numbers, equal_nan=True):
         return None
     shapes: dict[tuple[float, ...], int] = {}
-    for s in pairs.values():
-        bounds = tuple(sorted(b for _, b in s))
+    ordered: dict[Group, list[tuple[int, float]]] = {}
+    for group, s in pairs.items():
+        ordered[group] = o = sorted(s, key=lambda p: p[1])
+        bounds = tuple(b for _, b in o)
         shapes[bounds] = shapes.get(bounds, 0) + 1
     common = max(shapes, key=shapes.__getitem__, default=())
     valid = (
@@ -341,13 +345,12 @@ def _layout(
     groups: list[Group] = []
     perm: list[int] = []
     other: dict[Group, list[tuple[int, float]]] = {}
-    for group, s in pairs.items():
-        ordered = sorted(s, key=lambda p: p[1])
-        if valid and tuple(b for _, b in ordered) == common:
+    for group, o in ordered.items():
+        if valid and tuple(b for _, b in o) == common:
             groups.append(group)
-            perm.extend(i for i, _ in ordered)
+            perm.extend(i for i, _ in o)
         else:
-            other[group] = s
+            other[group] = o
     if not valid:
         common = ()
     return BucketLayout(

@@ -418,9 +418,9 @@ class SeasonalCell:
         dt = 0.0 if prev_t is None else min(t - prev_t, width)
         bins = self.bins
         if not self.profile:
-            self.profile = (0.0,) * bins
+            self.profile = _zeros(bins)
         if not self.visits:
-            self.visits = (0.0,) * bins
+            self.visits = _zeros(bins)
         b = int((t % self.period_s) // width) % bins
         acc_bin, acc_sum, acc_s = self.acc_bin, self.acc_sum, self.acc_s
         gap = prev_t is not None and t - prev_t > width
@@ -462,7 +462,7 @@ class SeasonalCell:
 
     def profile_at(self, t: float) -> float | None:
         visits = self.visits
-        if not visits:
+        if not visits or visits is _ZEROS.get(self.bins):  # no bin has history yet
             return None
         pos = (t % self.period_s) / self.bin_width_s - 0.5
         lo = _floor(pos)
@@ -726,6 +726,17 @@ def cell_of(model: Forecaster) -> ForecasterCell:
 
 
 _evolve = evolve
+_ZEROS: dict[int, tuple[float, ...]] = {}
+
+
+def _zeros(bins: int) -> tuple[float, ...]:
+    """``(0.0,) * bins``, one tuple shared by every cell (a profile without history)."""
+    zeros = _ZEROS.get(bins)
+    if zeros is None:
+        zeros = _ZEROS[bins] = (0.0,) * bins
+    return zeros
+
+
 _NAMES: dict[Any, Any] = {}  # shared tuples (candidate names, layouts)
 _EWMA_TEMPLATE = Ewma()
 _HOLT_TEMPLATE = Holt()

@@ -162,6 +162,9 @@ class Planner:
         self.last_t: float | None = None
         self._numbers: dict[str, float] = {}
         self._pool_peaks: deque[tuple[float, int]] = deque()
+        self._horizon_of: ColdStartEstimator | None = None  # `horizon_s` computed for these
+        self._horizon_config: PlannerConfig | None = None
+        self._horizon = 0.0
 
     # -- inputs -----------------------------------------------------------------------
     def observe_pod_ready(self, t: float, duration_s: float) -> None:
@@ -169,7 +172,12 @@ class Planner:
         self.cold_start = self.cold_start.observe(t, duration_s)
 
     def horizon_s(self) -> float:
-        return self.cold_start.horizon_s(self.config.horizon_s)
+        cold_start, config = self.cold_start, self.config
+        # once per cold-start state and config (read twice per tick)
+        if cold_start is not self._horizon_of or config is not self._horizon_config:
+            self._horizon = cold_start.horizon_s(config.horizon_s)
+            self._horizon_of, self._horizon_config = cold_start, config
+        return self._horizon
 
     def update(
         self, t: float, signals: Mapping[str, float], ready_replicas: int | None = None
@@ -353,7 +361,8 @@ class Planner:
     def forecast(self, t: float, horizon_s: float | None = None) -> Forecast:
         """`domain.Forecast` at ``t + horizon`` (default: the cold-start horizon)."""
         horizon = self.horizon_s() if horizon_s is None else horizon_s
-        check_finite("horizon_s", horizon, minimum=0.0)
+        if not (_isfinite(horizon) and horizon >= 0.0):
+            check_finite("horizon_s", horizon, minimum=0.0)
         models_now = {name: model.predict(t, 0.0) for name, model in self._models.items()}
         loads_now = {name: load.predict(t, 0.0) for name, load in self._loads.items()}
         driver = self._driver()

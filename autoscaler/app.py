@@ -42,7 +42,12 @@ from autoscaler.kube.sharding import ShardConfig, ShardManager, ShardStatus
 from autoscaler.kube.warmpool import WarmPoolManager
 from autoscaler.logging import get_logger
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
-from autoscaler.metrics.prometheus import PrometheusSource, WorkloadPods
+from autoscaler.metrics.prometheus import (
+    RECORDED_QUERIES,
+    VLLM_QUERIES,
+    PrometheusSource,
+    WorkloadPods,
+)
 from autoscaler.metrics.scrape_workers import ScrapeWorkers, WorkerConfig
 from autoscaler.settings import Settings
 from autoscaler.store.base import PolicyStore
@@ -122,7 +127,8 @@ class Controller:
                     return 'namespace="",pod=""'
                 return WorkloadPods(namespace, st.spec.scale_target_ref.name)
 
-            return SourceSignals(PrometheusSource(s.prometheus_url, selector))
+            queries = RECORDED_QUERIES if s.prometheus_recorded_rules else VLLM_QUERIES
+            return SourceSignals(PrometheusSource(s.prometheus_url, selector, queries))
         config = ScrapeConfig(timeout_s=s.scrape_timeout_s, max_concurrency=s.scrape_concurrency)
         if s.scrape_workers:
             return SourceSignals(ScrapeWorkers(config, WorkerConfig(workers=s.scrape_workers)))

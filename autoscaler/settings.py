@@ -131,6 +131,11 @@ class Settings(BaseSettings):
     # worker runs ``scrape_concurrency`` scrapes at most. Direct (pod-scrape) mode only.
     scrape_workers: int = Field(default=0, ge=0, le=MAX_SCRAPE_WORKERS)
     prometheus_url: str | None = None
+    # Prometheus mode: read the quantiles from the bucket rates recorded by
+    # deploy/prometheus/recording-rules.yaml (which must be loaded) instead of computing
+    # `rate` over every pod's bucket samples in each tick's queries (docs/scale.md,
+    # "promq pass").
+    prometheus_recorded_rules: bool = False
 
     @field_validator("shards")
     @classmethod
@@ -147,6 +152,15 @@ class Settings(BaseSettings):
                 "must be a DNS label (lowercase letters, digits, '-') of at most 40 characters"
             )
         return v
+
+    @model_validator(mode="after")
+    def _check_recorded_rules(self) -> Settings:
+        if self.prometheus_recorded_rules and not self.prometheus_url:
+            raise ValueError(
+                "prometheus_recorded_rules=True reads recorded series from Prometheus, "
+                "but prometheus_url is not set: set it, or leave prometheus_recorded_rules off"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_scrape_workers(self) -> Settings:

@@ -489,6 +489,33 @@ class World:
                 raise RuntimeError("the cluster, exporter or fake Prometheus did not come up")
             time.sleep(0.2)
 
+    def set_recording_rules(self, on: bool) -> None:
+        """Load (or unload) deploy/prometheus/recording-rules.yaml: rewrite the config,
+        SIGHUP, and with the rules wait until every pod's recorded TTFT series exist."""
+        import yaml
+
+        from autoscaler.metrics.prometheus import RECORDED_RULES
+
+        assert self.prom is not None
+        root = self.tmp / "prometheus"
+        config = json.loads((root / "prometheus.yml").read_text())
+        config.pop("rule_files", None)
+        if on:
+            rule = yaml.safe_load((ROOT / "deploy/prometheus/recording-rules.yaml").read_text())
+            (root / "rules.json").write_text(json.dumps({"groups": rule["spec"]["groups"]}))
+            config["rule_files"] = [str(root / "rules.json")]
+        _write(root / "prometheus.yml", json.dumps(config))
+        self.prom.send_signal(signal.SIGHUP)
+        want = self.targets * PODS if on else 0
+        query = f"count(count by (pod) ({RECORDED_RULES['vllm:time_to_first_token_seconds']}))"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            time.sleep(2.0)
+            groups = json.loads(http_get(f"{self.prom_url}/api/v1/rules"))["data"]["groups"]
+            if bool(groups) == on and (not on or scalar(self.prom_url, query) >= want):
+                return
+        raise RuntimeError(f"recording rules {'on' if on else 'off'}: not in effect in time")
+
     def _wait_for_series(self) -> None:
         """Every pod's series in Prometheus, and a rate over them (two scrapes each)."""
         want = self.targets * PODS
@@ -578,7 +605,7 @@ def _bound(quantile: str) -> float:
 
 
 def run_controller(
-    world: World, code: Path | None, label: str, args: argparse.Namespace
+    world: World, code: Path | None, label: str, args: argparse.Namespace, recorded: bool = False
 ) -> dict[str, Any]:
     """One controller process (``code``'s package, else this tree's): warm-up, window."""
     n = world.targets
@@ -595,6 +622,8 @@ def run_controller(
         raise RuntimeError(f"the controller would import {imported.stdout.strip()}")
     env["AUTOSCALER_PROMETHEUS_URL"] = world.prom_url
     env["AUTOSCALER_LOG_FORMAT"] = "json"
+    if recorded:
+        env["AUTOSCALER_PROMETHEUS_RECORDED_RULES"] = "true"
     http_port, grpc_port = free_port(), free_port()
     kubeconfig = write_kubeconfig(world.tmp / "kubeconfig", world.kube_url)
     cmd = [sys.executable]
@@ -709,7 +738,9 @@ def run_controller(
     }
 
 
-def time_queries(world: World, reps: int = 3) -> dict[str, dict[str, float]]:
+def time_queries(
+    world: World, reps: int = 3, recorded: bool = False
+) -> dict[str, dict[str, float]]:
     """Each grouped query, for all N targets, alone (no controller running): best wall
     time of ``reps`` and Prometheus' CPU per query (its /proc). Every default template
     as written (what the controller sent before the promq pass: 12 per tick, the
@@ -717,20 +748,22 @@ def time_queries(world: World, reps: int = 3) -> dict[str, dict[str, float]]:
     ``buckets:<family>``; the queries the controller sends now are the 8 non-quantile
     templates plus those)."""
     from autoscaler.metrics.prometheus import (
+        RECORDED_QUERIES,
         VLLM_QUERIES,
         PrometheusSource,
         WorkloadPods,
+        _family_label,
         render_grouped,
     )
 
     assert world.prom is not None
     targets = [WorkloadPods(NAMESPACE, f"m{t:04d}") for t in range(world.targets)]
     out: dict[str, dict[str, float]] = {}
-    sent = getattr(PrometheusSource(world.prom_url, {}), "grouped_queries", {})
+    sent = dict(PrometheusSource(world.prom_url, {}).grouped_queries)
+    if recorded:  # the rules are loaded (the last variant run): their bucket queries too
+        sent.update(PrometheusSource(world.prom_url, {}, RECORDED_QUERIES).grouped_queries)
     families = {
-        "buckets:" + t.split("rate(", 1)[1].split("{", 1)[0]: t
-        for t in sent.values()
-        if t not in VLLM_QUERIES.values()
+        "buckets:" + _family_label(t): t for t in sent.values() if t not in VLLM_QUERIES.values()
     }
     for name, template in {**VLLM_QUERIES, **families}.items():
         body = urllib.parse.urlencode({"query": render_grouped(template, targets)}).encode()
@@ -761,8 +794,13 @@ def query_table(n: int, costs: dict[str, dict[str, float]]) -> str:
         text += f"| {name} | {c['wall_ms']} | {c['prometheus_cpu_ms']} | {c['answer_kb']} |\n"
     quantiles = {"ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "itl_p95_s"}
     before = [c for name, c in costs.items() if name in VLLM_QUERIES]
-    after = [c for name, c in costs.items() if name not in quantiles]
-    for label, part in (("histogram_quantile as written", before), ("bucket queries", after)):
+    plain = [c for name, c in costs.items() if name in VLLM_QUERIES and name not in quantiles]
+    after = plain + [c for n, c in costs.items() if n.startswith("buckets:") and "rate1m" not in n]
+    recorded = plain + [c for n, c in costs.items() if n.startswith("buckets:") and "rate1m" in n]
+    parts = [("histogram_quantile as written", before), ("bucket queries", after)]
+    if len(recorded) > len(plain):
+        parts.append(("recorded bucket rates", recorded))
+    for label, part in parts:
         cpu = sum(c["prometheus_cpu_ms"] for c in part)
         text += f"| one tick, quantiles by {label} ({len(part)} queries) | | {round(cpu, 1)} | |\n"
     return text
@@ -827,6 +865,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="runs of each side (--baseline)")
     parser.add_argument("--profile", default=None, help="run the controller under cProfile")
     parser.add_argument(
+        "--compare-recorded",
+        action="store_true",
+        help="real Prometheus: this tree's controller without, then with, "
+        "deploy/prometheus/recording-rules.yaml loaded (SIGHUP reload) and "
+        "AUTOSCALER_PROMETHEUS_RECORDED_RULES=true, --rounds times each",
+    )
+    parser.add_argument(
         "--output",
         default=None,
         help="with --baseline: the result file (default "
@@ -856,19 +901,27 @@ def main() -> None:
             work.mkdir()
             with World(n, args, work) as world:
                 plan = [(base, rev), (None, head)] * args.rounds if base else [(None, head)]
+                if args.compare_recorded:
+                    plan = [(None, "buckets"), (None, "recorded")] * args.rounds
                 for_n = []
                 for code, label in plan:
                     assert label is not None
-                    row = run_controller(world, code, label, args)
+                    recorded = label == "recorded"
+                    if args.compare_recorded:
+                        world.set_recording_rules(recorded)
+                    row = run_controller(world, code, label, args, recorded=recorded)
                     row["command"] = command
                     for_n.append(row)
                     print(table([row]), flush=True)
                 if args.prometheus == "real" and args.time_queries:
-                    costs = time_queries(world)
+                    costs = time_queries(world, recorded=args.compare_recorded)
                     print(query_table(n, costs), flush=True)
                     for row in for_n:
                         row["prometheus_query_costs"] = costs
                 rows += for_n
+    if args.compare_recorded:
+        compare(rows, "buckets", "recorded", command, args)
+        return
     if args.baseline:
         compare(rows, str(rev), head, command, args)
         return

@@ -33,10 +33,11 @@ Go-only syntax (underscores, hex without ``p``) are skipped. A NaN result is mis
 data for the caller, never 0.
 
 Which templates: a query template of exactly the form the default quantile templates
-have, ``histogram_quantile(<number>, sum by ($by le) ($(rate(<selector>)$)))``, or an
-``or`` of such (the first branch with series for a target wins, as PromQL's ``or``
-keeps a left-hand series even when its value is NaN). Any other template is sent to
-Prometheus as written.
+have, ``histogram_quantile(<number>, sum by ($by le) ($(rate(<selector>)$)))`` or, for
+recorded bucket rates (`prometheus.RECORDED_QUERIES`), ``histogram_quantile(<number>,
+sum by ($by le) ($(<recorded metric>{$selector}$)))``, or an ``or`` of such (the first
+branch with series for a target wins, as PromQL's ``or`` keeps a left-hand series even
+when its value is NaN). Any other template is sent to Prometheus as written.
 
 Decoding cost: a bucket answer holds one series per target per bound (~23,000 at 1,000
 targets for TTFT). `BucketLayout` keeps what a parsed answer looked like without its
@@ -66,7 +67,7 @@ _NUMBER: Final = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 # one branch of a quantile template (see the module docstring)
 _BRANCH: Final = re.compile(
     rf"histogram_quantile\(({_NUMBER}), "
-    r"(sum by \(\$by le\) \(\$\(rate\([^()]*\)\$\)\))\)"
+    r"(sum by \(\$by le\) \(\$\((?:rate\([^()]*\)|[a-zA-Z_:][a-zA-Z0-9_:]*\{\$selector\})\$\)\))\)"
 )
 
 

@@ -89,6 +89,32 @@ VLLM_QUERIES: Final[Mapping[str, str]] = {
     "generation_tokens_per_s": _rate("vllm:generation_tokens_total"),
     "preemptions_per_s": _rate("vllm:num_preemptions_total"),
 }
+# The same signals with the quantiles read from the per-pod bucket rates recorded by
+# deploy/prometheus/recording-rules.yaml (AUTOSCALER_PROMETHEUS_RECORDED_RULES=true): no
+# `rate` over the pods' bucket samples in the tick's queries (docs/scale.md, promq pass).
+RECORDED_RULES: Final[Mapping[str, str]] = {
+    family: f"namespace_pod_le:{family.replace(':', '_')}_bucket:rate1m"
+    for family in (
+        "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
+        "vllm:time_per_output_token_seconds",
+    )
+}
+
+
+def _recorded(q: float, family: str) -> str:
+    return f"histogram_quantile({q}, sum by ($by le) ($({RECORDED_RULES[family]}{{$selector}}$)))"
+
+
+RECORDED_QUERIES: Final[Mapping[str, str]] = {
+    **VLLM_QUERIES,
+    "ttft_p50_s": _recorded(0.5, "vllm:time_to_first_token_seconds"),
+    "ttft_p95_s": _recorded(0.95, "vllm:time_to_first_token_seconds"),
+    "ttft_p99_s": _recorded(0.99, "vllm:time_to_first_token_seconds"),
+    "itl_p95_s": _recorded(0.95, "vllm:inter_token_latency_seconds")
+    + " or "
+    + _recorded(0.95, "vllm:time_per_output_token_seconds"),
+}
 TARGET_LABEL: Final = "llm_target"  # added by the grouped queries (label_replace)
 
 
@@ -533,7 +559,7 @@ def _document(status: int, body: bytes | bytearray) -> Any:
     return doc
 
 
-_FAMILY: Final = re.compile(r"rate\(([^{\[()]+)")
+_FAMILY: Final = re.compile(r"(?:rate\(|\$\()([a-zA-Z_:][a-zA-Z0-9_:]*)[{\[]")
 
 
 def _family_label(template: str) -> str:

@@ -6,13 +6,19 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from pydantic import ValidationError
 
 from autoscaler.app import Controller
 from autoscaler.control.ports import TargetView
 from autoscaler.control.signals import SourceSignals
 from autoscaler.control.state import TargetStatus
 from autoscaler.domain import TargetRef
-from autoscaler.metrics.prometheus import TARGET_LABEL, VLLM_QUERIES, PrometheusSource
+from autoscaler.metrics.prometheus import (
+    RECORDED_QUERIES,
+    TARGET_LABEL,
+    VLLM_QUERIES,
+    PrometheusSource,
+)
 from autoscaler.policy.schema import load_policy
 from autoscaler.settings import Settings
 from autoscaler.store.base import ScaleTargetRef, TargetSpec
@@ -51,3 +57,22 @@ async def test_prometheus_mode_reads_every_target_with_one_query_per_signal(
     assert len(prom.queries) == len(PrometheusSource(prom.url, {}).grouped_queries)
     assert len(prom.queries) < len(VLLM_QUERIES)
     assert all(TARGET_LABEL in q and '"(a|b)-.*"' in q for q in prom.queries)
+
+
+async def test_recorded_rules_setting_reads_the_quantiles_from_recorded_series(
+    prom: FakePrometheus,
+) -> None:
+    ctl = Controller(
+        Settings(prometheus_url=prom.url, prometheus_recorded_rules=True), api=None, identity="a"
+    )
+    signals = ctl._signals()
+    assert isinstance(signals, SourceSignals) and isinstance(signals.source, PrometheusSource)
+    assert signals.source.queries == RECORDED_QUERIES
+    sent = signals.source.grouped_queries.values()
+    assert sum(":rate1m{" in t for t in sent) == 3 and not any("_bucket{" in t for t in sent)
+    await signals.close()
+
+
+def test_recorded_rules_without_a_prometheus_url_is_refused() -> None:
+    with pytest.raises(ValidationError, match="prometheus_recorded_rules=True.*prometheus_url"):
+        Settings(prometheus_recorded_rules=True)

@@ -15,10 +15,12 @@ import yaml
 from autoscaler.api.metrics import ControllerMetrics
 from autoscaler.domain import Reason
 from autoscaler.metrics.engines import VLLM_FALLBACK_FAMILIES, VLLM_FAMILIES
+from autoscaler.metrics.prometheus import RECORDED_QUERIES, RECORDED_RULES
 from tests.deploy.manifests import DEPLOY, load_docs
 
 DASHBOARD = DEPLOY / "grafana" / "llm-autoscaler-dashboard.json"
 ALERTS = DEPLOY / "prometheus" / "alerts.yaml"
+RECORDING = DEPLOY / "prometheus" / "recording-rules.yaml"
 METRIC_RE = re.compile(r"\b(llm_autoscaler_\w+|vllm:\w+)")
 
 
@@ -77,6 +79,20 @@ def _promtool_check(groups: list[dict[str, Any]], tmp_path: Path) -> None:
 def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
     (rule,) = load_docs(ALERTS)
     _promtool_check(rule["spec"]["groups"], tmp_path)
+
+
+def test_recording_rules_pass_promtool_and_record_what_prometheus_mode_reads(
+    tmp_path: Path,
+) -> None:
+    (rule,) = load_docs(RECORDING)
+    _promtool_check(rule["spec"]["groups"], tmp_path)
+    records = {r["record"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert set(records) == set(RECORDED_RULES.values())
+    for family, name in RECORDED_RULES.items():  # per pod: the controller groups pods
+        assert records[name] == f"sum by (namespace, pod, le) (rate({family}_bucket[1m]))"
+        assert f"{family}_bucket" in _vllm_series()
+    read = {m for t in RECORDED_QUERIES.values() for m in re.findall(r"\w+:\w+:rate1m", t)}
+    assert read == set(records)
 
 
 def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:

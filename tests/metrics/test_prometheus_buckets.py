@@ -22,6 +22,8 @@ import pytest
 from aiohttp import web
 
 from autoscaler.metrics.prometheus import (
+    RECORDED_QUERIES,
+    RECORDED_RULES,
     TARGET_LABEL,
     VLLM_QUERIES,
     PrometheusSource,
@@ -30,6 +32,7 @@ from autoscaler.metrics.prometheus import (
     render_grouped,
 )
 from autoscaler.metrics.source import PodEndpoint, TargetReading
+from tests.deploy.manifests import DEPLOY, load_docs
 from tests.support.prometheus import PrometheusServer
 
 TTFT = "vllm:time_to_first_token_seconds"
@@ -192,3 +195,70 @@ async def test_quantiles_from_bucket_answers_equal_prometheus_histogram_quantile
     assert "itl_p95_s" not in one["itl-new-idle"].signals  # `or` keeps the new family's NaN
     assert f"{TPOT}|0.95" in one["itl-new-idle"].signals
     assert math.isnan(theirs[f"{TTFT}|0.5"]["idle"])  # Prometheus: a NaN series, not absent
+
+
+def _recording_groups(interval: str) -> list[dict[str, Any]]:
+    """deploy/prometheus/recording-rules.yaml's groups, evaluated every ``interval``."""
+    (rule,) = load_docs(DEPLOY / "prometheus" / "recording-rules.yaml")
+    groups: list[dict[str, Any]] = rule["spec"]["groups"]
+    return [{**g, "interval": interval} for g in groups]
+
+
+@pytest.mark.timeout(150)
+async def test_recorded_bucket_rates_give_prometheus_histogram_quantile_over_them() -> None:
+    """With deploy/prometheus/recording-rules.yaml loaded, `RECORDED_QUERIES` reads every
+    quantile from the recorded series (no `rate` in the tick's queries) and equals
+    Prometheus' own ``histogram_quantile`` over those series, target by target."""
+    chosen = ("spread", "non-monotonic", "tail", "old-itl", "itl-new-idle", "idle")
+    pods, labels = [], []
+    for name in chosen:
+        for i, hist in enumerate(WORKLOADS[name]):
+            pods.append(Pod(hist))
+            labels.append({"namespace": "llm", "pod": f"{name}-5c7d9-{i}q"})
+    targets = {name: WorkloadPods("llm", name) for name in [*chosen, "absent"]}
+    quantiles = {s: t for s, t in RECORDED_QUERIES.items() if "histogram_quantile" in t}
+    runners, netlocs = await _serve(pods)
+    try:
+        async with PrometheusServer(
+            netlocs,
+            scrape_interval_s=0.5,
+            target_labels=labels,
+            rule_groups=_recording_groups("1s"),
+        ) as prom:
+            recorded = RECORDED_RULES[TTFT]
+            await prom.wait_for(f"{recorded} > 0", deadline_s=40, min_series=5 * 3)
+            await prom.wait_for(f"{RECORDED_RULES[TPOT]} > 0", deadline_s=20, min_series=5 * 2)
+            await asyncio.sleep(1.5)  # a few rule evaluations
+            at = time.time() - 0.5
+            source = PrometheusSource(prom.url, targets, RECORDED_QUERIES, eval_time=lambda: at)
+            try:
+                pods_in = [PodEndpoint("p", "unused")]
+                got = await asyncio.gather(*(source.read(k, pods_in, now=0.0) for k in targets))
+            finally:
+                await source.close()
+            theirs = {
+                sig: await asyncio.to_thread(
+                    _prometheus_answers, prom.url, render_grouped(tpl, list(targets.values())), at
+                )
+                for sig, tpl in quantiles.items()
+            }
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+
+    readings = dict(zip(targets, got, strict=True))
+    sent = list(source.grouped_queries.values())
+    assert not any("_bucket{" in t for t in sent)  # no rate over bucket samples
+    assert sum(t.count(":rate1m{") for t in sent) == 3  # TTFT, ITL, TPOT: recorded
+    present = 0
+    for name in targets:
+        assert readings[name].errors == ()
+        for sig in quantiles:
+            ours, want = readings[name].signals.get(sig), theirs[sig].get(name)
+            assert _agree(ours, want), (name, sig, ours, want)
+            present += ours is not None
+    assert present >= 12
+    assert readings["spread"].signals["ttft_p50_s"] > 0
+    assert "itl_p95_s" in readings["old-itl"].signals  # the fallback family, recorded
+    assert "itl_p95_s" not in readings["itl-new-idle"].signals
+    assert readings["idle"].signals.get("ttft_p50_s") is None

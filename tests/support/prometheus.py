@@ -40,6 +40,7 @@ class PrometheusServer:
         metrics_path: str = "/metrics",
         target_labels: Sequence[dict[str, str]] | None = None,
         binary: str = "prometheus",
+        rule_groups: Sequence[dict[str, Any]] = (),
     ) -> None:
         path = shutil.which(binary)
         if path is None:
@@ -49,6 +50,7 @@ class PrometheusServer:
         self.target_labels = list(target_labels) if target_labels else [{} for _ in targets]
         self.scrape_interval_s = scrape_interval_s
         self.metrics_path = metrics_path
+        self.rule_groups = list(rule_groups)  # recording/alerting rule groups to load
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._dir: tempfile.TemporaryDirectory[str] | None = None
@@ -60,9 +62,11 @@ class PrometheusServer:
             {"targets": [t], "labels": labels}
             for t, labels in zip(self.targets, self.target_labels, strict=True)
         ]
+        rules = {"rule_files": ["rules.json"]} if self.rule_groups else {}
         return json.dumps(
             {
                 "global": {"scrape_interval": interval, "evaluation_interval": interval},
+                **rules,
                 "scrape_configs": [
                     {
                         "job_name": "pods",
@@ -78,6 +82,8 @@ class PrometheusServer:
         self._dir = tempfile.TemporaryDirectory(prefix="prom-test-")
         root = Path(self._dir.name)
         (root / "prometheus.yml").write_text(self._config())  # JSON is valid YAML
+        if self.rule_groups:
+            (root / "rules.json").write_text(json.dumps({"groups": self.rule_groups}))
         self._log = (root / "prometheus.log").open("wb")
         self._proc = subprocess.Popen(
             [

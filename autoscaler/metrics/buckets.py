@@ -44,8 +44,9 @@ targets for TTFT). `BucketLayout` keeps what a parsed answer looked like without
 numbers (the "skeleton": the JSON text with every sample's timestamp and value cut
 out); the next answer whose skeleton is byte-identical (the steady state: same targets,
 same buckets, same order) is decoded by splitting the text at the values and parsing
-only the numbers, into a targets x bounds matrix whose quantiles are computed column-wise
-with numpy, the same operations as above. Any other answer is parsed as JSON.
+only the numbers, into one row of counts per target shared by that family's quantiles
+(plain Python: the controller does not import numpy), the same operations as above. Any
+other answer is parsed as JSON.
 """
 
 from __future__ import annotations
@@ -53,15 +54,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Final
 
-import numpy as np
-import numpy.typing as npt
-
 Group = tuple[str, str]  # (namespace, llm_target) of a grouped answer's series
-Floats = npt.NDArray[np.float64]
 
 _NUMBER: Final = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 # one branch of a quantile template (see the module docstring)
@@ -181,45 +180,56 @@ def bucket_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float:
     return start + (end - start) * (rank / count)
 
 
-def _matrix_quantile(q: float, bounds: Floats, counts: Floats) -> Floats:
-    """`bucket_quantile` for every row of ``counts`` (finite, columns by ascending
-    ``bounds``, the last +Inf, at least two), the same float operations."""
-    rows, width = counts.shape
+def _rows_quantile(
+    q: float, bounds: Sequence[float], rows: Sequence[Sequence[float]]
+) -> list[float]:
+    """`bucket_quantile` for every row of ``rows`` (finite cumulative counts, already
+    raised to their running maximum, by ascending ``bounds``: the last +Inf, at least
+    two), the same float operations. With finite, monotonic counts Go's binary search
+    is `bisect_left` over all but the +Inf bucket."""
     if math.isnan(q) or q < 0 or q > 1:
-        return np.full(rows, math.nan if math.isnan(q) else math.copysign(math.inf, q))
-    c = np.maximum.accumulate(counts, axis=1)
-    observations = c[:, -1]
-    rank = q * observations
-    b = (c[:, :-1] < rank[:, None]).sum(axis=1)  # first finite bucket reaching the rank
-    at = np.minimum(b, width - 1)
-    before = np.maximum(b - 1, 0)
-    index = np.arange(rows)
-    prev = np.where(b > 0, c[index, before], 0.0)
-    start = np.where(b > 0, bounds[before], 0.0)
-    end = bounds[at]
-    with np.errstate(all="ignore"):
-        out = start + (end - start) * ((rank - prev) / (c[index, at] - prev))
-    out = np.where(b == width - 1, bounds[width - 2], out)
-    if bounds[0] <= 0:
-        out = np.where(b == 0, bounds[0], out)
-    return np.where(observations == 0, math.nan, out)
+        return [math.nan if math.isnan(q) else math.copysign(math.inf, q)] * len(rows)
+    last = len(bounds) - 1
+    low = bounds[0] if bounds[0] <= 0 else None
+    out: list[float] = []
+    for c in rows:
+        observations = c[last]
+        if observations == 0:
+            out.append(math.nan)
+            continue
+        rank = q * observations
+        b = bisect_left(c, rank, 0, last)
+        if b == last:
+            out.append(bounds[last - 1])
+        elif b == 0:
+            if low is not None:
+                out.append(low)
+            elif c[0] == 0:
+                out.append(math.nan)  # q = 0 over an empty lowest bucket: 0/0
+            else:
+                out.append(bounds[0] * (rank / c[0]))  # 0 + (end - 0) * (rank / count)
+        else:
+            start, prev = bounds[b - 1], c[b - 1]
+            out.append(start + (bounds[b] - start) * ((rank - prev) / (c[b] - prev)))
+    return out
 
 
 @dataclass(slots=True)
 class Buckets:
-    """One bucket query's answer, per group: the common layout's groups as matrix rows
-    (``groups``, ``bounds``, ``counts``), the others as (bound, count) pairs."""
+    """One bucket query's answer, per group: the common layout's groups as rows of
+    cumulative counts raised to their running maximum (``groups``, ``bounds``, ``rows``),
+    the others as (bound, count) pairs."""
 
     groups: list[Group] = field(default_factory=list)
-    bounds: Floats = field(default_factory=lambda: np.empty(0))
-    counts: Floats = field(default_factory=lambda: np.empty((0, 0)))
+    bounds: tuple[float, ...] = ()
+    rows: list[list[float]] = field(default_factory=list)
     other: dict[Group, list[tuple[float, float]]] = field(default_factory=dict)
 
     def quantiles(self, q: float) -> dict[Group, float]:
         """``histogram_quantile(q, ...)`` per group present (NaN included)."""
         out: dict[Group, float] = {}
         if self.groups:
-            values = _matrix_quantile(q, self.bounds, self.counts).tolist()
+            values = _rows_quantile(q, self.bounds, self.rows)
             out = dict(zip(self.groups, values, strict=True))
         for group, pairs in self.other.items():
             out[group] = bucket_quantile(q, pairs)
@@ -238,36 +248,35 @@ def _split(body: bytes) -> tuple[bytes, list[bytes]]:
 
 @dataclass(slots=True)
 class BucketLayout:
-    """What an answer looked like without its numbers (see the module docstring):
-    values[perm] reshaped (groups x bounds) is the common layout's matrix; ``other``
-    lists the other groups' (value index, bound)."""
+    """What an answer looked like without its numbers (see the module docstring): the
+    values at ``perm``, ``len(bounds)`` at a time, are the common layout's groups' counts
+    by ascending bound; ``other`` lists the other groups' (value index, bound)."""
 
     skeleton: bytes
     size: int  # values in the answer
     groups: list[Group]
-    bounds: Floats
-    perm: npt.NDArray[np.intp]
+    bounds: tuple[float, ...]
+    perm: list[int]
     other: dict[Group, list[tuple[int, float]]]
 
     def decode(self, values: Sequence[bytes]) -> Buckets:
-        return self.fill(np.fromiter(map(float, values), np.float64, len(values)))
+        return self.fill(list(map(float, values)))
 
-    def fill(self, numbers: Floats) -> Buckets:
+    def fill(self, numbers: Sequence[float]) -> Buckets:
         """The groups of an answer with this layout whose values are ``numbers``."""
         width = len(self.bounds)
-        counts = numbers[self.perm].reshape(len(self.groups), width)
-        groups = self.groups
-        other = {g: [(b, float(numbers[i])) for i, b in s] for g, s in self.other.items()}
-        finite = np.asarray(np.isfinite(counts).all(axis=1))
-        if not finite.all():  # NaN/Inf counts: those groups the exact scalar way
-            bounds: list[float] = self.bounds.tolist()
-            keep = [bool(ok) for ok in finite.tolist()]
-            for row, ok in enumerate(keep):
-                if not ok:
-                    other[groups[row]] = list(zip(bounds, counts[row].tolist(), strict=True))
-            groups = [g for g, ok in zip(groups, keep, strict=True) if ok]
-            counts = counts[finite]
-        return Buckets(groups, self.bounds, counts, other)
+        flat = [numbers[i] for i in self.perm]
+        other = {g: [(b, numbers[i]) for i, b in s] for g, s in self.other.items()}
+        groups: list[Group] = []
+        rows: list[list[float]] = []
+        for r, group in enumerate(self.groups):
+            counts = flat[r * width : (r + 1) * width]
+            if math.isfinite(sum(counts)):  # the usual case: every count finite
+                groups.append(group)
+                rows.append(list(accumulate(counts, max)))  # ensureMonotonic, exact here
+            else:  # NaN/Inf counts (or a sum overflowing): the exact scalar way
+                other[group] = list(zip(self.bounds, counts, strict=True))
+        return Buckets(groups, self.bounds, rows, other)
 
 
 def _series(doc: Any) -> list[Any] | str:
@@ -309,15 +318,14 @@ def parse_buckets(
         bound = parse_le(le) if isinstance(le, str) else None
         if bound is not None:
             pairs.setdefault(group, []).append((i, bound))
-    array = np.array(numbers, dtype=np.float64)
-    new = _layout(body, array, pairs)
+    new = _layout(body, numbers, pairs)
     if new is not None:
-        return new.fill(array), new
+        return new.fill(numbers), new
     return Buckets(other={g: [(b, numbers[i]) for i, b in s] for g, s in pairs.items()}), None
 
 
 def _layout(
-    body: bytes, numbers: Floats, pairs: dict[Group, list[tuple[int, float]]]
+    body: bytes, numbers: list[float], pairs: dict[Group, list[tuple[int, float]]]
 ) -> BucketLayout | None:
     """The layout of a parsed answer, if its values split out of the text as parsed
     (the same numbers in the same order)."""
@@ -325,10 +333,10 @@ def _layout(
     if len(values) != len(numbers):
         return None
     try:
-        split = np.fromiter(map(float, values), np.float64, len(values))
+        split = list(map(float, values))
     except ValueError:
         return None
-    if not np.array_equal(split, numbers, equal_nan=True):
+    if split != numbers and not all(map(_same, split, numbers)):
         return None
     shapes: dict[tuple[float, ...], int] = {}
     ordered: dict[Group, list[tuple[int, float]]] = {}
@@ -358,7 +366,11 @@ def _layout(
         skeleton,
         len(values),
         groups,
-        np.array(common, dtype=np.float64),
-        np.array(perm, dtype=np.intp),
+        common,
+        perm,
         other,
     )
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)  # NaN == NaN here

@@ -533,9 +533,16 @@ class _Inbox(asyncio.Protocol):
         self.done.set()
 
 
-async def _serve(
-    config: ScrapeConfig, heartbeat_s: float, out_fd: int, on_idle: Callable[[], object]
+async def serve_pipes(
+    config: ScrapeConfig,
+    heartbeat_s: float,
+    in_fd: int,
+    out_fd: int,
+    on_idle: Callable[[], object] = lambda: None,
 ) -> None:
+    """The worker's side: requests from ``in_fd``, answers (and a hello, then a heartbeat
+    every ``heartbeat_s``) to ``out_fd``, until EOF on ``in_fd``; ``on_idle`` runs once
+    the last read in flight was answered and its frame written."""
     loop = asyncio.get_running_loop()
     source = PodScrapeSource(config)
     pods: dict[str, tuple[PodEndpoint, ...]] = {}
@@ -586,13 +593,20 @@ async def _serve(
             tasks.add(task)
             task.add_done_callback(answered)
 
+    beating: list[asyncio.TimerHandle] = []
+
     def beat() -> None:
         outbox.put((_HELLO, os.getpid()))
-        loop.call_later(heartbeat_s, beat)
+        beating[:] = [loop.call_later(heartbeat_s, beat)]
 
-    await loop.connect_read_pipe(lambda: _Inbox(handle, done), os.fdopen(0, "rb", 0))
+    reader, _ = await loop.connect_read_pipe(
+        lambda: _Inbox(handle, done), os.fdopen(in_fd, "rb", 0)
+    )
     beat()  # hello
     await done.wait()
+    for timer in beating:
+        timer.cancel()
+    reader.close()
     for task in list(tasks):
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -616,5 +630,5 @@ def serve_worker(argv: list[str], on_idle: Callable[[], object] = lambda: None) 
 
         factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(_serve(config, heartbeat_s, out_fd, on_idle))
+        runner.run(serve_pipes(config, heartbeat_s, 0, out_fd, on_idle))
     return 0

@@ -15,12 +15,20 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
-from autoscaler.metrics.scrape_workers import ScrapeWorkers, WorkerConfig, worker_index
+from autoscaler.metrics.scrape_workers import (
+    ScrapeWorkers,
+    WorkerConfig,
+    _frame,
+    _frames,
+    serve_pipes,
+    worker_index,
+)
 from autoscaler.metrics.source import PodEndpoint
 from tests.metrics.vllm_pods import FakeVllm, start_pods
 
@@ -335,3 +343,65 @@ def test_workers_exit_when_the_controller_process_is_killed() -> None:
     finally:
         for fd in handles:
             os.close(fd)
+
+
+class _Frames(asyncio.Protocol):
+    """The answers a worker writes, as messages."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.messages: list[Any] = []
+        self.arrived = asyncio.Event()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        self.messages.extend(_frames(self.buffer))
+        self.arrived.set()
+
+
+async def test_the_worker_side_answers_by_id_forgets_and_runs_its_idle_hook() -> None:
+    """`serve_pipes` in this process, on real pipes: what a worker process runs."""
+    pod = FakeVllm()
+    pod.set(waiting=4, running=9, kv=0.5)
+    pod.serve(prompt_tokens=0, ttfts=[])
+    runner, urls = await start_pods([pod])
+    requests_r, requests_w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    loop = asyncio.get_running_loop()
+    frames = _Frames()
+    reader, _ = await loop.connect_read_pipe(lambda: frames, os.fdopen(answers_r, "rb", 0))
+    idle: list[int] = []
+    worker = asyncio.ensure_future(
+        serve_pipes(
+            ScrapeConfig(timeout_s=5.0), BOUND_S, requests_r, answers_w, lambda: idle.append(1)
+        )
+    )
+
+    async def answers(ids: set[int]) -> dict[int, Any]:
+        while not ids <= {m[0] for m in frames.messages}:
+            frames.arrived.clear()
+            await asyncio.wait_for(frames.arrived.wait(), BOUND_S)
+        return {m[0]: m for m in frames.messages if m[0] in ids}
+
+    try:
+        pods = [("p", urls[0])]
+        os.write(requests_w, _frame([(1, "ns/a", 0.0, pods), (2, "ns/b", 0.0, pods)]))
+        first = await answers({1, 2})
+        t, signals, pods_read, expected = first[1][1:5]  # (id, t, signals, read, expected, ...)
+        assert (t, pods_read, expected) == (0.0, 1, 1) and signals["waiting"] == 4
+        assert first[1][-1] == "ns/a" and first[2][-1] == "ns/b"
+        pod.serve(prompt_tokens=100, ttfts=[])
+        # b: its pod list is kept (None: unchanged); a: forgotten, so unknown to the worker
+        os.write(requests_w, _frame([(-1, "ns/a"), (3, "ns/b", 1.0, None), (4, "ns/a", 1.0, None)]))
+        second = await answers({3, 4})
+        assert second[3][3] == 1 and second[3][2]["prompt_tokens_per_s"] == pytest.approx(100.0)
+        assert second[4][3] == 0 and second[4][5] == (
+            "scrape worker has no pod list for this target",
+        )
+        assert frames.messages[0][0] == 0  # the hello came first
+    finally:
+        os.close(requests_w)  # EOF: the worker closes its source and returns
+        await asyncio.wait_for(worker, BOUND_S)
+        reader.close()
+        await runner.cleanup()
+    assert idle  # ran once nothing was in flight

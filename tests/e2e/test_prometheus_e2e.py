@@ -133,6 +133,12 @@ async def test_burst_scales_up_and_quiet_scales_down_through_prometheus(
 
     peak = spec_replicas(kube)
     await until(lambda: spec_replicas(kube) < peak, 90, "a scale-down after the burst drained")
+    # As for the scale-up: the patch lands before the decision is published.
+    await until(
+        lambda: any(d.desired_replicas < d.current_replicas for d in status.history),
+        10,
+        "the scale-down decision in the history",
+    )
     downs: list[Decision] = [d for d in status.history if d.desired_replicas < d.current_replicas]
     assert downs and downs[-1].reason == Reason.SCALE_DOWN
     # Every decision in between was taken on data: none on missing data after the start.

@@ -2,7 +2,8 @@
 
 Usage:
     nice -n 10 .venv/bin/python benchmarks/bench_rss.py [--targets 1000] [--ticks 32]
-        [--step 2] [--baseline REV ...] [--variants now [now+NAME=VALUE ...]] [--trace]
+        [--step 2] [--baseline REV[+NAME=VALUE] ...] [--variants now [now+NAME=VALUE ...]]
+        [--trace]
 
 One process is the cluster (as in bench_scale.py): the local Kubernetes API endpoint with
 N Deployments, N x 8 Ready pods and N LLMAutoscalers, and every pod's /metrics on its own
@@ -45,7 +46,15 @@ benchmarks/baseline/ from the commit named in their file names, and kubernetes_a
 client imported whole before `autoscaler`, which leaves autoscaler/_lazy_kube.py off);
 a variant may add environment settings of its child (``now+PYTHONMALLOC=malloc``).
 ``--baseline REV ...`` measures those revisions first (their ``autoscaler`` package from
-``git archive``, benchmarks/revisions.py, first on the child's PYTHONPATH).
+``git archive``, benchmarks/revisions.py, first on the child's PYTHONPATH, and so on its
+scrape workers' too), each optionally with ``+NAME=VALUE`` settings as a variant.
+
+Scrape workers: a variant ``now+AUTOSCALER_SCRAPE_WORKERS=2`` composes the controller
+with 2 worker processes (settings come from the environment as in ``llm-autoscaler run``);
+the windows then live in the workers. At every phase the benchmark also reads the RSS
+(VmRSS) and PSS (``/proc/<pid>/smaps_rollup``) of the controller and of each worker and
+their sums (``processes_mb``; the "processes" table: steady state). A worker is not
+collected or trimmed by the benchmark: what it holds is what it holds in production.
 
 Prints tables; writes benchmarks/results/rss.json (one entry per ``--targets``).
 """
@@ -95,6 +104,36 @@ def rss_mb() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def proc_mb(pid: int | str = "self") -> dict[str, float]:
+    """RSS (VmRSS) and PSS (/proc/<pid>/smaps_rollup: shared pages divided among the
+    processes mapping them) of one process, MB; PSS missing where smaps_rollup is not
+    readable (then absent, never zero)."""
+    out: dict[str, float] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                out["rss"] = int(line.split()[1]) / 1024
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                out["pss"] = int(line.split()[1]) / 1024
+    return out
+
+
+def processes_mb(worker_pids: Sequence[int | None]) -> dict[str, Any]:
+    """The controller's and each scrape worker's RSS and PSS, and their sums (MB)."""
+    rows: dict[str, dict[str, float]] = {"controller": proc_mb()}
+    for i, pid in enumerate(worker_pids):
+        if pid is None:
+            raise RuntimeError(f"scrape worker {i} is down: no memory to measure")
+        rows[f"worker {i}"] = proc_mb(pid)
+    out: dict[str, Any] = dict(rows)
+    for key in ("rss", "pss"):
+        if all(key in r for r in rows.values()):
+            out[f"sum_{key}"] = sum(r[key] for r in rows.values())
+    return out
 
 
 # ------------------------------------------------------------------------------ cluster
@@ -391,7 +430,7 @@ def components(ctl: Any, source: Any) -> dict[str, float]:
     for name, roots in (
         ("decision histories (500 per target)", [st.history for st in targets]),
         ("observation rings (600 per target)", [st.observations for st in targets]),
-        ("scrape windows (8 pods per target)", [source._histories]),
+        ("scrape windows (8 pods per target)", [getattr(source, "_histories", {})]),
         ("forecast planners", [loop._planners]),
         (
             "informer caches + pod index (pods, workloads, nodes)",
@@ -409,7 +448,7 @@ def components(ctl: Any, source: Any) -> dict[str, float]:
             ],
         ),
         ("/metrics collector", [ctl.metrics]),
-        ("pod scrape connections + buffers", [source._http]),
+        ("pod scrape connections + buffers", [getattr(source, "_http", None)]),
         ("kube clients, adapters, recorder", [ctl.cluster, ctl.api, ctl.elector]),
         ("REST + gRPC servers", [ctl.http, ctl.grpc]),
     ):
@@ -545,6 +584,7 @@ async def child(
         leader_election=True,
         scrape_concurrency=64,
     )
+    # scrape_workers from the environment (a variant's +AUTOSCALER_SCRAPE_WORKERS=2)
     api = api_client_for(url)
     ctl = autoscaler.app.Controller(settings, api, identity=f"bench-{variant}")
     t0 = time.monotonic()
@@ -554,10 +594,17 @@ async def child(
     assert ctl.loop is not None and ctl.cache is not None
     state = ctl.state
     phase_peak: dict[str, float] = {}
+    source = ctl.loop.signals.source  # type: ignore[attr-defined]
+    workers = settings.scrape_workers
+    worker_pids = source.pids if workers else list  # ScrapeWorkers: each worker's pid
+    processes: dict[str, dict[str, Any]] = {}
+    if workers:  # up now rather than on the first read, so every phase measures them
+        await source.start()
 
     def mark(name: str) -> None:
         gc.collect()
         rss[name] = rss_mb()
+        processes[name] = processes_mb(worker_pids())
         if trace:
             current, peak = tracemalloc.get_traced_memory()
             phase_peak[name] = peak / 2**20
@@ -610,17 +657,24 @@ async def child(
         first += 1
     wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
     mark("steady")
-    out: dict[str, Any] = {"variant": variant, "rss_mb": rss, "heavy_modules": heavy}
+    out: dict[str, Any] = {
+        "variant": variant,
+        "scrape_workers": workers,
+        "rss_mb": rss,
+        "processes_mb": processes,
+        "heavy_modules": heavy,
+    }
     if trace:
         out["traced_peak_mb"] = phase_peak
-    source = ctl.loop.signals.source  # type: ignore[attr-defined]
-    rows = [len(h.rows) for hs in source._histories.values() for h in hs.values()]
+    # the windows live in the workers when there are any: not counted here
+    histories = getattr(source, "_histories", {})
+    rows = [len(h.rows) for hs in histories.values() for h in hs.values()]
     out["counts"] = {
         "targets": len(state.targets),
         "pods_cached": len(ctl.cache.pods.items),
         "deployments_cached": len(ctl.cache.deployments.items),
-        "windows": len(rows),
-        "window_rows_per_pod": sum(rows) / max(len(rows), 1),
+        "windows": len(rows) if not workers else None,
+        "window_rows_per_pod": sum(rows) / len(rows) if rows else None,
         "observations_per_target": min(len(st.observations) for st in state.targets.values()),
         "decisions_per_target": min(len(st.history) for st in state.targets.values()),
         "planners": len(loop._planners),
@@ -652,6 +706,7 @@ async def child(
         out["allocator_mb"] = allocator_stats()
         out["trimmed"] = malloc_trim()
         rss["after_malloc_trim"] = rss_mb()
+        processes["after_malloc_trim"] = processes_mb(worker_pids())  # the controller's trim
         out["allocator_after_trim_mb"] = allocator_stats()
         out["components_mb"] = components(ctl, source)  # after: the walk allocates
         out["everything_else_by_type_mb"] = dict(REST_BY_TYPE)
@@ -773,8 +828,16 @@ def main() -> None:
             if args.baseline:
                 from revisions import extract, short_rev
 
-                revs = [short_rev(rev) for rev in args.baseline]
-                variants[:0] = [(rev, extract(rev, Path(tmp) / rev)) for rev in revs]
+                # REV[+NAME=VALUE ...]: that revision, with environment settings as a variant
+                trees: dict[str, Path] = {}
+                base: list[tuple[str, Path | None]] = []
+                for spec in args.baseline:
+                    rev, *env = spec.split("+")
+                    short = short_rev(rev)
+                    if short not in trees:
+                        trees[short] = extract(short, Path(tmp) / short)
+                    base.append(("+".join([short, *env]), trees[short]))
+                variants[:0] = base
             for variant, baseline in variants:
                 results[variant] = run_child(url, variant, args, trace=False, baseline=baseline)
                 print(f"{variant}: {json.dumps(results[variant])}", file=sys.stderr, flush=True)
@@ -800,6 +863,36 @@ def main() -> None:
     for key, label in phases:
         rows.append([label, *(f"{results[n]['rss_mb'].get(key, float('nan')):.1f}" for n in names)])
     print(table(rows))
+    # controller + scrape workers, each process's RSS and PSS
+    proc_keys: list[str] = []
+    for n in names:
+        for k in results[n]["processes_mb"]["steady"]:
+            if not k.startswith("sum_") and k not in proc_keys:
+                proc_keys.append(k)
+    prows: list[list[object]] = [["processes at steady state, MB: RSS (PSS)", *names]]
+
+    def cell(row: dict[str, Any] | None, rss_key: str, pss_key: str) -> str:
+        if row is None or rss_key not in row:
+            return "-"
+        pss = row.get(pss_key)
+        return f"{row[rss_key]:.1f}" + (f" ({pss:.1f})" if pss is not None else "")
+
+    for k in proc_keys:
+        prows.append(
+            [k, *(cell(results[n]["processes_mb"]["steady"].get(k), "rss", "pss") for n in names)]
+        )
+    for phase, label in (
+        ("steady", "**sum**"),
+        ("after_malloc_trim", "sum after the controller's malloc_trim(0)"),
+    ):
+        prows.append(
+            [
+                label,
+                *(cell(results[n]["processes_mb"].get(phase), "sum_rss", "sum_pss") for n in names),
+            ]
+        )
+    print()
+    print(table(prows))
     alloc_keys: list[str] = []
     for n in names:
         for k in results[n].get("allocator_mb", {}):

@@ -7,22 +7,82 @@ of reads instead of between ticks: with 500 targets x 8 pods in flight a 50,000 
 threshold was reached about once per tick, each collection walking the in-flight pages
 (~30-37 ms per tick, ~10% of the worker's CPU). The start-up's objects are frozen out of
 the collector's sight; the automatic collector stays on only past the backstop.
+
+Like the controller (`commands/run.py`), it hands glibc's free heap pages back to the
+system (``malloc_trim(0)``) once started and then at most every `TRIM_PERIOD_S`, when
+idle between bursts (`IdleTrim`); the page client's receive buffers are freed on every
+idle (`serve_pipes`), so a trim finds them free.
 """
 
 from __future__ import annotations
 
 import gc
 import sys
+import time
+from collections.abc import Callable
+from typing import Final
 
 from autoscaler.commands.gc_pacing import BACKSTOP_THRESHOLDS, GcPacer
 from autoscaler.metrics.scrape_workers import serve_worker
+
+TRIM_PERIOD_S: Final = 60.0  # as the controller's (commands/run.py)
+
+
+def glibc_malloc_trim() -> Callable[[], object] | None:
+    """glibc's ``malloc_trim(0)`` as a call, None where the C library is not glibc."""
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return lambda: trim(0)
+
+
+class IdleTrim:
+    """``trim`` when called (once idle), at most every ``period_s`` by ``clock``; the
+    first call trims. ``trim`` None: never (not glibc)."""
+
+    def __init__(
+        self,
+        trim: Callable[[], object] | None,
+        *,
+        period_s: float = TRIM_PERIOD_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not period_s > 0:
+            raise ValueError(f"period_s={period_s!r}: must be > 0")
+        self._trim, self.period_s, self._clock = trim, period_s, clock
+        self._last: float | None = None
+        self.trims = 0
+
+    def __call__(self) -> bool:
+        if self._trim is None:
+            return False
+        now = self._clock()
+        if self._last is not None and now - self._last < self.period_s:
+            return False
+        self._last = now
+        self._trim()
+        self.trims += 1
+        return True
 
 
 def main(argv: list[str]) -> int:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*BACKSTOP_THRESHOLDS)
-    return serve_worker(argv, on_idle=GcPacer().between_ticks)
+    pacer = GcPacer()
+    trim = IdleTrim(glibc_malloc_trim())
+    trim()  # the start-up's free pages
+
+    def idle() -> None:
+        pacer.between_ticks()
+        trim()
+
+    return serve_worker(argv, on_idle=idle)
 
 
 if __name__ == "__main__":

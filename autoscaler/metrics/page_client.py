@@ -105,6 +105,11 @@ class _Buffers:
             return buf
         return bytearray(self.SIZE)
 
+    def release(self) -> int:
+        """Drop the free buffers (kept only between requests of one burst); bytes freed."""
+        freed, self.free, self.free_bytes = self.free_bytes, [], 0
+        return freed
+
     def give(self, buf: bytearray) -> None:
         size = len(buf)
         if size <= self.KEEP_MAX_BYTES and self.free_bytes + size <= self.POOL_MAX_BYTES:
@@ -123,7 +128,32 @@ class _Connection(asyncio.BufferedProtocol):
     received in place (the buffer is sized to head + body once the head is read) and
     copied out once; chunk data and bodies delimited by the connection's end are copied
     out as they arrive, so the buffer stays small for them.
+
+    Slotted, and an idle connection holds no buffer and no chunk list: a scrape worker
+    keeps one per pod (4,000 at 500 targets) between ticks.
     """
+
+    __slots__ = (
+        "body_end",
+        "body_start",
+        "buf",
+        "buffers",
+        "chunks",
+        "closed",
+        "encoding",
+        "filled",
+        "got_bytes",
+        "idle_since",
+        "keep_alive",
+        "loop",
+        "max_body_bytes",
+        "phase",
+        "pos",
+        "remaining",
+        "size",
+        "transport",
+        "waiter",
+    )
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, max_body_bytes: int, buffers: _Buffers
@@ -144,7 +174,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.filled = 0  # bytes of ``buf`` received
         self.body_start = 0  # Content-Length body: where it starts in ``buf``
         self.body_end = 0
-        self.chunks: list[bytes | bytearray] = []  # chunked / until-close bodies
+        self.chunks: list[bytes | bytearray] | None = None  # chunked / until-close bodies
         self.size = 0  # body bytes received (chunked / until-close)
         self.remaining = 0  # of the current chunk
         self.got_bytes = False
@@ -214,7 +244,7 @@ class _Connection(asyncio.BufferedProtocol):
         if self.buf is not None:
             self.buffers.give(self.buf)
             self.buf = None
-        self.chunks = []
+        self.chunks = None
 
     def reusable(self) -> bool:
         return self.keep_alive and not self.closed and self.phase == _DONE
@@ -261,12 +291,12 @@ class _Connection(asyncio.BufferedProtocol):
         self.phase = _DONE
         buf = self.buf
         assert buf is not None
-        if self.chunks:
-            chunks = self.chunks
+        chunks = self.chunks
+        if chunks:
             body = bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)
         else:  # Content-Length (or empty): one copy out of the receive buffer
             body = bytes(memoryview(buf)[self.body_start : self.body_end])
-        self.chunks = []
+        self.chunks = None
         if self.encoding:
             body = _decompress(body, self.encoding, self.max_body_bytes)
         waiter = self.waiter
@@ -316,6 +346,8 @@ class _Connection(asyncio.BufferedProtocol):
         if self.size > self.max_body_bytes:
             raise PageFetchError(f"page larger than {self.max_body_bytes} bytes")
         assert self.buf is not None
+        if self.chunks is None:
+            self.chunks = []
         self.chunks.append(self.buf[self.pos : self.pos + n])
         self.pos += n
 
@@ -572,6 +604,11 @@ class PageClient:
             else:
                 del self._idle[key]
         self._n_idle = sum(len(v) for v in self._idle.values())
+
+    def release_buffers(self) -> int:
+        """Free the receive buffers kept for reuse (up to one per request that was in
+        flight at once, 64 KiB each); the next requests allocate new ones. Bytes freed."""
+        return self._buffers.release()
 
     def idle_connections(self) -> int:
         return self._n_idle

@@ -188,3 +188,8 @@ class PodScrapeSource:
     def forget(self, key: str) -> None:
         """Drop a target's histories (target deleted)."""
         self._histories.pop(key, None)
+
+    def release_buffers(self) -> int:
+        """Free the page client's receive buffers kept for reuse (between bursts of
+        reads, e.g. a scrape worker once idle); bytes freed."""
+        return self._http.release_buffers() if self._http is not None else 0

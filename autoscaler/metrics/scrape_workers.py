@@ -542,7 +542,8 @@ async def serve_pipes(
 ) -> None:
     """The worker's side: requests from ``in_fd``, answers (and a hello, then a heartbeat
     every ``heartbeat_s``) to ``out_fd``, until EOF on ``in_fd``; ``on_idle`` runs once
-    the last read in flight was answered and its frame written."""
+    the last read in flight was answered and its frame written (after the page client's
+    receive buffers were freed: none is held between two bursts of reads)."""
     loop = asyncio.get_running_loop()
     source = PodScrapeSource(config)
     pods: dict[str, tuple[PodEndpoint, ...]] = {}
@@ -553,6 +554,7 @@ async def serve_pipes(
 
     def idle() -> None:  # after the last answer's frame went out
         if not tasks:
+            source.release_buffers()  # up to 64 x 64 KiB, not held between ticks
             on_idle()
 
     def answered(task: asyncio.Task[None]) -> None:

@@ -271,6 +271,26 @@ async def test_one_connection_is_kept_alive_and_reused(serve) -> None:  # type: 
     assert pod.requests == 5 and pod.connections == 1 and client.connects == 1
 
 
+async def test_released_buffers_leave_idle_connections_reusable(serve) -> None:  # type: ignore[no-untyped-def]
+    """Between bursts the receive buffers are freed; an idle connection holds none and
+    the next request on it reads the whole page into a new one."""
+    pods = [RawPod(), RawPod()]
+    urls = [await serve(pod) for pod in pods]
+    client = PageClient(timeout_s=5.0, max_body_bytes=1 << 20)
+    try:
+        first = await asyncio.gather(*(client.get(url) for url in urls))
+        idle = [conn for conns in client._idle.values() for conn in conns]
+        assert len(idle) == 2 and all(c.buf is None and c.chunks is None for c in idle)
+        assert client.release_buffers() >= 64 * 1024  # the requests' buffers were kept
+        assert client.release_buffers() == 0
+        second = await asyncio.gather(*(client.get(url) for url in urls))
+    finally:
+        await client.close()
+    assert first == second == [PAGE, PAGE]
+    assert client.connects == 2 and [p.connections for p in pods] == [1, 1]
+    assert [p.requests for p in pods] == [2, 2]
+
+
 async def test_a_pod_that_closes_after_answering_is_reconnected(serve) -> None:  # type: ignore[no-untyped-def]
     pod = RawPod(close_after=1)
     url = await serve(pod)

@@ -551,6 +551,14 @@ async def serve_pipes(
     writer, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(out_fd, "wb", 0))
     outbox = _Outbox(loop, writer.write)
     tasks: set[asyncio.Task[None]] = set()
+    # Targets read at once: the controller sends a whole tick's reads (500 targets x 8
+    # pods at 1,000 targets and 2 workers) in one frame, and each read starts its pods'
+    # scrapes (a task, coroutine and future each) that then queue on the page
+    # semaphore; at most ``max_concurrency`` targets at once keeps ~8x fewer of them
+    # alive (the tick's peak, 5-6 MB of RSS a worker, benchmarks/bench_rss.py) and never
+    # starves the semaphore (each admitted target has >= 1 pod). Not less: a target
+    # waiting on a hung pod holds its slot, and so does that pod a page slot.
+    admit = asyncio.Semaphore(config.max_concurrency)
 
     def idle() -> None:  # after the last answer's frame went out
         if not tasks:
@@ -563,7 +571,8 @@ async def serve_pipes(
             loop.call_soon(idle)
 
     async def answer(rid: int, key: str, now: float, endpoints: tuple[PodEndpoint, ...]) -> None:
-        r = await source.read(key, endpoints, now)
+        async with admit:
+            r = await source.read(key, endpoints, now)
         outbox.put(
             (
                 rid,

@@ -53,7 +53,11 @@ Scrape workers: a variant ``now+AUTOSCALER_SCRAPE_WORKERS=2`` composes the contr
 with 2 worker processes (settings come from the environment as in ``llm-autoscaler run``);
 the windows then live in the workers. At every phase the benchmark also reads the RSS
 (VmRSS) and PSS (``/proc/<pid>/smaps_rollup``) of the controller and of each worker and
-their sums (``processes_mb``; the "processes" table: steady state). A worker is not
+their sums, and the group's resident memory counting each physical page once
+(``group_rss``, from ``/proc/<pid>/pagemap``: a page of libpython or libssl mapped by
+the controller and a worker is resident once, as in the container's memory; the RSS
+sum counts it once per process) (``processes_mb``; the "processes" table: steady
+state). A worker is not
 collected or trimmed by the benchmark: what it holds is what it holds in production.
 
 Prints tables; writes benchmarks/results/rss.json (one entry per ``--targets``).
@@ -62,6 +66,7 @@ Prints tables; writes benchmarks/results/rss.json (one entry per ``--targets``).
 from __future__ import annotations
 
 import argparse
+import array
 import asyncio
 import contextlib
 import ctypes
@@ -80,6 +85,8 @@ import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import image_modules
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "rss.json"
@@ -122,8 +129,74 @@ def proc_mb(pid: int | str = "self") -> dict[str, float]:
     return out
 
 
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+_PFN_MASK = (1 << 55) - 1
+_PRESENT = 1 << 63
+
+
+def resident_frames(pid: int | str) -> set[int] | None:
+    """The physical page frames resident in one process's address space, from
+    ``/proc/<pid>/pagemap`` (frame numbers are readable by root only: None otherwise).
+
+    Why: the RSS of a process group is not the sum of its RSSs. A page mapped by the
+    controller and a worker (libpython, libssl, every shared ``.so``) is resident once,
+    as a container's memory counts it; the union of the frames is what one process with
+    the same mappings would report as its RSS."""
+    frames: set[int] = set()
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        pagemap = open(f"/proc/{pid}/pagemap", "rb", buffering=0)  # noqa: SIM115 closed below
+    except OSError:
+        return None
+    with pagemap:
+        for line in maps:
+            start_s, _, rest = line.partition("-")
+            end_s = rest.split(" ", 1)[0]
+            if line.endswith("[vsyscall]"):
+                continue
+            start, end = int(start_s, 16) // PAGE_BYTES, int(end_s, 16) // PAGE_BYTES
+            try:
+                pagemap.seek(start * 8)
+                raw = pagemap.read((end - start) * 8)
+            except OSError:
+                continue
+            entries = array.array("Q", raw[: len(raw) - len(raw) % 8])
+            for e in entries:
+                if e & _PRESENT:
+                    frames.add(e & _PFN_MASK)
+    frames.discard(0)  # frame numbers hidden (no CAP_SYS_ADMIN): read as 0
+    return frames or None
+
+
+def _group_resident_main(pids: Sequence[str]) -> None:
+    union: set[int] = set()
+    for pid in pids:
+        frames = resident_frames(pid)
+        if frames is None:
+            print("null")
+            return
+        union |= frames
+    print(len(union) * PAGE_BYTES / 2**20)
+
+
+def group_resident_mb(pids: Sequence[int]) -> float | None:
+    """Resident memory of a process group counting each physical page once (MB), None
+    where frame numbers cannot be read (never a partial figure). Read by another process
+    so the frame sets (~100k numbers) never land in the measured controller's heap."""
+    proc = subprocess.run(
+        [sys.executable, __file__, "--group-rss", *map(str, pids)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    out = json.loads(proc.stdout.strip())
+    return None if out is None else float(out)
+
+
 def processes_mb(worker_pids: Sequence[int | None]) -> dict[str, Any]:
-    """The controller's and each scrape worker's RSS and PSS, and their sums (MB)."""
+    """The controller's and each scrape worker's RSS and PSS, their sums, and the
+    group's resident memory with each shared page counted once (``group_rss``, MB)."""
     rows: dict[str, dict[str, float]] = {"controller": proc_mb()}
     for i, pid in enumerate(worker_pids):
         if pid is None:
@@ -133,6 +206,9 @@ def processes_mb(worker_pids: Sequence[int | None]) -> dict[str, Any]:
     for key in ("rss", "pss"):
         if all(key in r for r in rows.values()):
             out[f"sum_{key}"] = sum(r[key] for r in rows.values())
+    group = group_resident_mb([os.getpid(), *(pid for pid in worker_pids if pid is not None)])
+    if group is not None:
+        out["group_rss"] = group
     return out
 
 
@@ -556,8 +632,8 @@ async def child(
     heavy = sorted(
         {
             m.split(".")[0] if m.startswith("matplotlib") else m
-            for m in sys.modules
-            if m.startswith(HEAVY_MODULES)
+            for m, module in sys.modules.items()
+            if m.startswith(HEAVY_MODULES) and module is not None  # None: blocked
         }
     )
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -726,7 +802,11 @@ def child_main(argv: Sequence[str]) -> None:
     parser.add_argument("--step", type=float, required=True)
     parser.add_argument("--trace", action="store_true")
     parser.add_argument("--census", action="store_true")
+    parser.add_argument("--block", default="", help="comma-separated modules to block")
     args = parser.parse_args(argv)
+    for module in filter(None, args.block.split(",")):  # not in the image: as if absent
+        if module not in sys.modules:  # (a .pth file's start-up import stays)
+            sys.modules[module] = None  # type: ignore[assignment]
     interpreter = rss_mb()
     if args.variant == "before":  # before anything imports autoscaler: no lazy client
         import kubernetes_asyncio.client  # noqa: F401
@@ -769,6 +849,8 @@ def run_child(
         "--child",
         url,
         name,
+        "--block",
+        ",".join(args.dev_only),
         "--targets",
         str(args.targets),
         "--ticks",
@@ -790,6 +872,9 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child_main(sys.argv[2:])
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--group-rss":
+        _group_resident_main(sys.argv[2:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", type=int, default=1000)
     parser.add_argument("--ticks", type=int, default=32)
@@ -806,7 +891,15 @@ def main() -> None:
     parser.add_argument(
         "--census", action="store_true", help="live objects by type at steady state (MB, count)"
     )
+    parser.add_argument("--output", default="", help="results file (default: results/rss.json)")
+    parser.add_argument(
+        "--with-dev-packages",
+        action="store_true",
+        help="let the children import the dev extras the venv has (the image has none of "
+        "them; by default they are blocked: benchmarks/image_modules.py)",
+    )
     args = parser.parse_args()
+    args.dev_only = [] if args.with_dev_packages else image_modules.dev_only_modules()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     command = "benchmarks/bench_rss.py " + " ".join(sys.argv[1:])
@@ -867,7 +960,7 @@ def main() -> None:
     proc_keys: list[str] = []
     for n in names:
         for k in results[n]["processes_mb"]["steady"]:
-            if not k.startswith("sum_") and k not in proc_keys:
+            if not k.startswith("sum_") and k != "group_rss" and k not in proc_keys:
                 proc_keys.append(k)
     prows: list[list[object]] = [["processes at steady state, MB: RSS (PSS)", *names]]
 
@@ -889,6 +982,21 @@ def main() -> None:
             [
                 label,
                 *(cell(results[n]["processes_mb"].get(phase), "sum_rss", "sum_pss") for n in names),
+            ]
+        )
+    for phase, label in (
+        ("steady", "**group RSS** (each shared page once)"),
+        ("after_malloc_trim", "group RSS after the controller's malloc_trim(0)"),
+    ):
+        prows.append(
+            [
+                label,
+                *(
+                    f"{g:.1f}"
+                    if (g := results[n]["processes_mb"].get(phase, {}).get("group_rss")) is not None
+                    else "-"
+                    for n in names
+                ),
             ]
         )
     print()
@@ -958,12 +1066,18 @@ def main() -> None:
             f"{results[n]['heavy_modules'] or 'none'}"
         )
     # one entry per fleet size, merged with the sizes already there
-    doc = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    out_path = Path(args.output) if args.output else RESULTS
+    doc = json.loads(out_path.read_text()) if out_path.exists() else {}
     runs = doc.get("runs", {}) if doc.get("benchmark") == "rss" else {}
-    runs[str(args.targets)] = {"command": command, "trace": args.trace, "results": results}
+    runs[str(args.targets)] = {
+        "command": command,
+        "trace": args.trace,
+        "blocked_dev_only_modules": args.dev_only,
+        "results": results,
+    }
     doc = {"benchmark": "rss", "runs": dict(sorted(runs.items(), key=lambda kv: int(kv[0])))}
-    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+    out_path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"\nwrote {out_path}")
 
 
 if __name__ == "__main__":

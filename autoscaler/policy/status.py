@@ -24,9 +24,9 @@ from typing import Any
 from autoscaler.policy.document import PROFILE_FIELD, profile_document
 
 # Every `default:` of the policy fields in deploy/base/crd.yaml before profiles
-# (`git show 73d98bd^:deploy/base/crd.yaml`; tests/policy/test_policy_status.py checks the
-# table against it when the history is there). Nested ones were filled only when the
-# object had the block (an object without ``panic`` got no ``panic.threshold``).
+# (`git show 73d98bd^:deploy/base/crd.yaml`, copied to tests/fixtures/; the table is checked
+# against the copy by tests/policy/test_policy_status.py). Nested ones were filled only when
+# the object had the block (an object without ``panic`` got no ``panic.threshold``).
 OLD_CRD_DEFAULTS: Mapping[tuple[str, ...], Any] = {
     ("minReplicaCount",): 1,
     ("maxReplicaCount",): 16,

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from autoscaler.domain import TargetRef
 from autoscaler.policy.document import (
@@ -26,9 +25,14 @@ from autoscaler.policy.profiles import cost_first, recommended
 from autoscaler.policy.schema import Policy
 from autoscaler.policy.status import OLD_CRD_DEFAULTS, Override, old_default_overrides
 from autoscaler.store.base import ScaleTargetRef, TargetSpec
+from tests.fixtures import (
+    CRD_BEFORE_PROFILES_GIT,
+    PROFILES_COMMIT,
+    crd_before_profiles,
+    crd_before_profiles_text,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-PROFILES_COMMIT = "73d98bd"  # "policy: a `profile` field selects a workload-class profile"
 REF = TargetRef("llm", "m")
 
 
@@ -141,19 +145,8 @@ def test_the_overrides_are_part_of_what_is_compared_before_a_write() -> None:
     assert plain != legacy and plain.overrides_message() is None
 
 
-def _old_crd_defaults_from_git() -> dict[tuple[str, ...], Any]:
-    if shutil.which("git") is None:
-        pytest.skip("git not installed: the old CRD is read from the history")
-    res = subprocess.run(
-        ["git", "show", f"{PROFILES_COMMIT}^:deploy/base/crd.yaml"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if res.returncode != 0:
-        pytest.skip(f"the CRD before {PROFILES_COMMIT} is not in this checkout's history")
-    crd = yaml.safe_load(res.stdout)
+def _old_crd_defaults() -> dict[tuple[str, ...], Any]:
+    crd = crd_before_profiles()
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     policy_fields = {f.alias for f in Policy.model_fields.values()}
     out: dict[tuple[str, ...], Any] = {}
@@ -172,4 +165,24 @@ def _old_crd_defaults_from_git() -> dict[tuple[str, ...], Any]:
 
 
 def test_the_old_defaults_table_is_the_old_crds() -> None:
-    assert _old_crd_defaults_from_git() == dict(OLD_CRD_DEFAULTS)
+    assert _old_crd_defaults() == dict(OLD_CRD_DEFAULTS)
+
+
+def test_the_old_crd_copy_is_the_one_in_the_history() -> None:
+    """Provenance of tests/fixtures/crd_before_profiles_73d98bd.yaml (the test above reads
+    the copy, so it runs without the history)."""
+    if shutil.which("git") is None:
+        pytest.skip("provenance check only: git not installed (the copy is still tested above)")
+    res = subprocess.run(
+        ["git", "show", CRD_BEFORE_PROFILES_GIT],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if res.returncode != 0:
+        pytest.skip(
+            f"provenance check only: {PROFILES_COMMIT}^ is not in this checkout's history "
+            "(shallow clone or tarball); the copy is still tested above"
+        )
+    assert crd_before_profiles_text() == res.stdout

@@ -6,12 +6,8 @@ what the pre-profiles CRD itself writes into a spec is what ``OverridesProfile``
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from typing import Any
 
-import pytest
-import yaml
 from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.control.adapters import KubeCluster
@@ -22,7 +18,7 @@ from autoscaler.policy.document import policy_hash
 from autoscaler.policy.profiles import cost_first, recommended
 from autoscaler.policy.status import Override
 from autoscaler.store.crd import CrdPolicyStore
-from tests.deploy.manifests import ROOT
+from tests.fixtures import crd_before_profiles
 from tests.real.kubectl import Kube
 
 STEADY = Decision(1.0, 1, 1, Reason.STEADY, "steady at 1", True)
@@ -151,19 +147,9 @@ LEGACY_GROUP = "legacy.llmscaler.io"  # the old CRD, served apart from the curre
 
 
 def _old_crd() -> dict[str, Any]:
-    """deploy/base/crd.yaml before profiles (73d98bd^), moved to `LEGACY_GROUP`."""
-    if shutil.which("git") is None:
-        pytest.skip("git not installed: the old CRD is read from the history")
-    res = subprocess.run(
-        ["git", "show", "73d98bd^:deploy/base/crd.yaml"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if res.returncode != 0:
-        pytest.skip("the CRD before profiles (73d98bd^) is not in this checkout's history")
-    crd: dict[str, Any] = yaml.safe_load(res.stdout)
+    """deploy/base/crd.yaml before profiles (73d98bd^, the copy in tests/fixtures), moved
+    to `LEGACY_GROUP`."""
+    crd = crd_before_profiles()
     crd["spec"]["group"] = LEGACY_GROUP
     crd["metadata"]["name"] = f"{crd['spec']['names']['plural']}.{LEGACY_GROUP}"
     return crd

@@ -11,8 +11,9 @@ import pytest
 
 from autoscaler.commands.scrape_worker import IdleTrim, glibc_malloc_trim
 from autoscaler.metrics.pod_scrape import ScrapeConfig
-from autoscaler.metrics.scrape_workers import _frame, _frames, serve_pipes
+from autoscaler.metrics.scrape_workers import _frame, serve_pipes
 from tests.metrics.vllm_pods import FakeVllm, start_pods
+from tests.metrics.worker_frames import Frames
 
 BOUND_S = 60.0
 
@@ -41,18 +42,6 @@ def test_bad_trim_period_names_the_field_and_rule() -> None:
         IdleTrim(None, period_s=0)
 
 
-class _Frames(asyncio.Protocol):
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-        self.messages: list[Any] = []
-        self.arrived = asyncio.Event()
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        self.messages.extend(_frames(self.buffer))
-        self.arrived.set()
-
-
 async def test_a_worker_that_trimmed_when_idle_still_answers_every_burst() -> None:
     """The worker side with the real malloc_trim as its idle hook: every burst is
     answered, also the ones after a trim (and after its receive buffers were freed)."""
@@ -65,7 +54,7 @@ async def test_a_worker_that_trimmed_when_idle_still_answers_every_burst() -> No
     requests_r, requests_w = os.pipe()
     answers_r, answers_w = os.pipe()
     loop = asyncio.get_running_loop()
-    frames = _Frames()
+    frames = Frames()
     reader, _ = await loop.connect_read_pipe(lambda: frames, os.fdopen(answers_r, "rb", 0))
     now = [0.0]
     trim = IdleTrim(glibc_malloc_trim(), period_s=1.0, clock=lambda: now[0])
@@ -118,7 +107,7 @@ async def test_a_frame_with_more_targets_than_the_page_slots_is_answered_whole()
     requests_r, requests_w = os.pipe()
     answers_r, answers_w = os.pipe()
     loop = asyncio.get_running_loop()
-    frames = _Frames()
+    frames = Frames()
     reader, _ = await loop.connect_read_pipe(lambda: frames, os.fdopen(answers_r, "rb", 0))
     worker = asyncio.ensure_future(
         serve_pipes(ScrapeConfig(timeout_s=5.0, max_concurrency=1), BOUND_S, requests_r, answers_w)

@@ -25,12 +25,12 @@ from autoscaler.metrics.scrape_workers import (
     ScrapeWorkers,
     WorkerConfig,
     _frame,
-    _frames,
     serve_pipes,
     worker_index,
 )
 from autoscaler.metrics.source import PodEndpoint
 from tests.metrics.vllm_pods import FakeVllm, start_pods
+from tests.metrics.worker_frames import Frames
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
 BOUND_S = 60.0  # every wait on a real event is bounded by this
@@ -345,20 +345,6 @@ def test_workers_exit_when_the_controller_process_is_killed() -> None:
             os.close(fd)
 
 
-class _Frames(asyncio.Protocol):
-    """The answers a worker writes, as messages."""
-
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-        self.messages: list[Any] = []
-        self.arrived = asyncio.Event()
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        self.messages.extend(_frames(self.buffer))
-        self.arrived.set()
-
-
 async def test_the_worker_side_answers_by_id_forgets_and_runs_its_idle_hook() -> None:
     """`serve_pipes` in this process, on real pipes: what a worker process runs."""
     pod = FakeVllm()
@@ -368,7 +354,7 @@ async def test_the_worker_side_answers_by_id_forgets_and_runs_its_idle_hook() ->
     requests_r, requests_w = os.pipe()
     answers_r, answers_w = os.pipe()
     loop = asyncio.get_running_loop()
-    frames = _Frames()
+    frames = Frames()
     reader, _ = await loop.connect_read_pipe(lambda: frames, os.fdopen(answers_r, "rb", 0))
     idle: list[int] = []
     worker = asyncio.ensure_future(

@@ -127,6 +127,9 @@ def _search(n: int, counts: Sequence[float], rank: float) -> int:
     return i
 
 
+# The pod-scrape path's counterpart is signals.histogram_quantile: the same interpolation,
+# but None for NaN, counts floored at 0 and q = 0 over an empty lowest bucket read as 0; this
+# one (and _rows_quantile) must equal Prometheus' (tests/metrics/test_prometheus_buckets.py).
 def bucket_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float:
     """Prometheus 2.42 ``bucketQuantile`` over (upper bound, cumulative count) pairs of
     one group, in any order; NaN where Prometheus returns NaN."""

@@ -501,6 +501,9 @@ def pod_bucket_increases(history: PodHistory) -> dict[str, dict[float, float]]:
     return out
 
 
+# Prometheus mode's counterpart is buckets.bucket_quantile (Prometheus 2.42 to the bit); this
+# one, the pod-scrape path's, differs at the edges, as tests/metrics/test_signals.py pins: None
+# for NaN, counts floored at 0, and q = 0 over an empty lowest bucket reads 0, not NaN.
 def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
     """Prometheus ``histogram_quantile`` over cumulative counts by upper bound.
 

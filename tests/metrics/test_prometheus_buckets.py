@@ -19,7 +19,6 @@ import urllib.request
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from autoscaler.metrics.prometheus import (
     RECORDED_QUERIES,
@@ -33,6 +32,7 @@ from autoscaler.metrics.prometheus import (
 )
 from autoscaler.metrics.source import PodEndpoint, TargetReading
 from tests.deploy.manifests import DEPLOY, load_docs
+from tests.metrics.vllm_pods import serve_each
 from tests.support.prometheus import PrometheusServer
 
 TTFT = "vllm:time_to_first_token_seconds"
@@ -92,23 +92,6 @@ class Pod:
         return ("\n".join(lines) + "\n").encode()
 
 
-async def _serve(pods: list[Pod]) -> tuple[list[web.AppRunner], list[str]]:
-    runners, netlocs = [], []
-    for pod in pods:
-
-        async def handler(_: web.Request, pod: Pod = pod) -> web.Response:
-            return web.Response(body=pod.page(), content_type="text/plain")
-
-        app = web.Application()
-        app.router.add_get("/metrics", handler)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        runners.append(runner)
-        netlocs.append(f"127.0.0.1:{runner.addresses[0][1]}")
-    return runners, netlocs
-
-
 def _prometheus_answers(url: str, promql: str, at: float) -> dict[str, float]:
     """Prometheus' own answer per workload (NaN included)."""
     form = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"}).encode()
@@ -140,7 +123,7 @@ async def test_quantiles_from_bucket_answers_equal_prometheus_histogram_quantile
     queries["itl_p95_s"] = VLLM_QUERIES["itl_p95_s"]  # the `or` of two families
     queries["ttft_p99_s"] = VLLM_QUERIES["ttft_p99_s"]
     targets = {name: WorkloadPods("llm", name) for name in [*WORKLOADS, "absent"]}
-    runners, netlocs = await _serve(pods)
+    runners, netlocs = await serve_each(pods)
     try:
         async with PrometheusServer(netlocs, scrape_interval_s=0.5, target_labels=labels) as prom:
             await prom.wait_for('{__name__=~".+_bucket"}', deadline_s=40, min_series=series)
@@ -217,7 +200,7 @@ async def test_recorded_bucket_rates_give_prometheus_histogram_quantile_over_the
             labels.append({"namespace": "llm", "pod": f"{name}-5c7d9-{i}q"})
     targets = {name: WorkloadPods("llm", name) for name in [*chosen, "absent"]}
     quantiles = {s: t for s, t in RECORDED_QUERIES.items() if "histogram_quantile" in t}
-    runners, netlocs = await _serve(pods)
+    runners, netlocs = await serve_each(pods)
     try:
         async with PrometheusServer(
             netlocs,

@@ -7,11 +7,10 @@ import asyncio
 import time
 
 import pytest
-from aiohttp import web
 
 from autoscaler.metrics.prometheus import PrometheusSource, WorkloadPods
 from autoscaler.metrics.source import PodEndpoint, TargetReading
-from tests.metrics.vllm_pods import FakeVllm
+from tests.metrics.vllm_pods import FakeVllm, serve_each
 from tests.support.prometheus import PrometheusServer
 
 # (namespace, workload) -> its pods' (waiting, running, kv); "qwen.v2" checks the escaping
@@ -23,24 +22,6 @@ WORKLOADS = {
     ("batch", "gemma"): [(6, 3, 0.7), (5, 4, 0.6)],
 }
 ABSENT = WorkloadPods("llm", "no-pods")  # a target Prometheus has no series for
-
-
-async def _serve_each(pods: list[FakeVllm]) -> tuple[list[web.AppRunner], list[str]]:
-    """One server per pod at ``/metrics`` (one Prometheus scrape config for all)."""
-    runners, netlocs = [], []
-    for pod in pods:
-
-        async def handler(_: web.Request, pod: FakeVllm = pod) -> web.Response:
-            return web.Response(body=pod.page(), content_type="text/plain")
-
-        app = web.Application()
-        app.router.add_get("/metrics", handler)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        runners.append(runner)
-        netlocs.append(f"127.0.0.1:{runner.addresses[0][1]}")
-    return runners, netlocs
 
 
 async def _read_all(source: PrometheusSource, keys: list[str]) -> dict[str, TargetReading]:
@@ -59,7 +40,7 @@ async def test_grouped_queries_read_the_same_signals_as_per_target_queries() -> 
             pod.set(waiting=waiting, running=running, kv=kv)
             pods.append(pod)
             labels.append({"namespace": ns, "pod": f"{name}-7d9f8-{i}x{len(pods)}q"})
-    runners, netlocs = await _serve_each(pods)
+    runners, netlocs = await serve_each(pods)
     try:
         async with PrometheusServer(netlocs, scrape_interval_s=0.5, target_labels=labels) as prom:
             await prom.wait_for("vllm:num_requests_waiting", deadline_s=40, min_series=len(pods))

@@ -1,8 +1,11 @@
-"""Real aiohttp servers on 127.0.0.1 serving vLLM V1 pages whose values tests control."""
+"""Real aiohttp servers on 127.0.0.1 serving vLLM V1 pages whose values tests control (and
+any object's `page()`, one server per pod: `serve_each`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -66,3 +69,26 @@ async def start_pods(pods: list[FakeVllm]) -> tuple[web.AppRunner, list[str]]:
     await site.start()
     port = runner.addresses[0][1]
     return runner, [f"http://127.0.0.1:{port}/pod/{i}/metrics" for i in range(len(pods))]
+
+
+class Paged(Protocol):
+    def page(self) -> bytes: ...
+
+
+async def serve_each(pods: Sequence[Paged]) -> tuple[list[web.AppRunner], list[str]]:
+    """One server per pod at ``/metrics`` (one Prometheus scrape config for all); returns
+    the runners and their ``host:port``."""
+    runners, netlocs = [], []
+    for pod in pods:
+
+        async def handler(_: web.Request, pod: Paged = pod) -> web.Response:
+            return web.Response(body=pod.page(), content_type="text/plain")
+
+        app = web.Application()
+        app.router.add_get("/metrics", handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runners.append(runner)
+        netlocs.append(f"127.0.0.1:{runner.addresses[0][1]}")
+    return runners, netlocs

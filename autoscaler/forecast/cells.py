@@ -66,7 +66,12 @@ class _Filtered:
         self.run_sign = 0
 
     def _step(self, t: float, dt_s: float, innovation: float, level: float) -> float:
-        """`InnovationFilter.step` in place: returns the innovation to apply."""
+        """`InnovationFilter.step` in place: returns the innovation to apply.
+
+        A copy of `robust.InnovationFilter.step`, the same arithmetic in the same order
+        (change both together); tests/forecast/test_cells.py
+        (``test_a_cell_follows_its_frozen_model_*``: the frozen models call ``step``) pins
+        it bit for bit."""
         self.has_filt = True
         scale = self.scale
         if scale is None:
@@ -153,7 +158,9 @@ class EwmaCell(_Filtered):
             return True
         dt = t - last_t
         innovation = value - level
-        # -- _Filtered._step(t, dt, innovation, level), inline --
+        # -- _Filtered._step(t, dt, innovation, level), inline: robust.InnovationFilter.step's
+        # arithmetic in its order (dt > 0 here, so no guard on the decay), pinned bit for bit by
+        # tests/forecast/test_cells.py (test_a_cell_follows_its_frozen_model_*, "ewma*") --
         self.has_filt = True
         scale = self.scale
         if scale is None:

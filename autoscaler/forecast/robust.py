@@ -170,7 +170,10 @@ class InnovationFilter:
         self, t: float, dt_s: float, innovation: float, level: float
     ) -> tuple[float, InnovationFilter]:
         """``(clip(...)[0], update(...))`` in one pass, bit for bit (the band is computed
-        once and the new state built directly: issue 16, a third of a planner tick)."""
+        once and the new state built directly: issue 16, a third of a planner tick).
+
+        Copied inline in forecast/cells.py (`_Filtered._step`, `EwmaCell.take`): change
+        them together (tests/forecast/test_cells.py checks they agree bit for bit)."""
         scale = self.scale
         if scale is None:
             return innovation, _evolve_filter(self, scale=abs(innovation))

@@ -220,3 +220,47 @@ async def test_failover_mid_window_does_not_scale_down_inside_the_stabilization_
         assert (await kube.read(dep))["spec"]["replicas"] == 3
     finally:
         await b.stop()
+
+
+async def test_scales_a_real_deployment_with_its_pods_scraped_by_worker_processes(
+    kube: Kube, namespace: str, kubelet: FakeKubelet, controller_api: ApiClient
+) -> None:
+    """`--scrape-workers 2` against the real control plane: the pods the ReplicaSet
+    controller made (found by the informers) are read by two worker processes, the
+    decision is the in-process one's, and stopping the controller ends the workers."""
+    ctl = Controller(settings(scrape_workers=2), controller_api, identity="ctrl-workers")
+    await ctl.start()
+    pids: list[int] = []
+    try:
+        assert ctl.loop is not None
+        source = ctl.loop.signals.source  # type: ignore[attr-defined]
+        dep = vllm_deployment("llama", namespace, replicas=1)
+        await kube.apply(dep)
+        await until(lambda: len(kubelet.ready_pods()) == 1, 30, "the first pod")
+        target = llmas("llama", namespace, maxReplicaCount=3)
+        await kube.create(target)
+        await until(lambda: ctl.state.is_leader, 15, "leadership")
+        (pod,) = kubelet.replicas.values()
+        pod.engine.inject(LOAD_REQUESTS, 512, 4096)
+        await _poll(kube, dep, lambda d: d["spec"]["replicas"] == 3, 30, "scale to 3")
+        pids = [pid for pid in source.pids() if pid is not None]
+        assert len(pids) == 2, f"two scrape workers up, got pids {source.pids()}"
+        ref = TargetRef(namespace, "llama")
+        obs = ctl.state.targets[ref].observations[-1]
+        assert obs.complete and obs.pods_read and "waiting" in obs.signals, obs
+    finally:
+        await ctl.stop()
+    await until(
+        lambda: not any(_alive(pid) for pid in pids),
+        10,
+        "the scrape workers to exit with the controller",
+    )
+
+
+def _alive(pid: int) -> bool:
+    """Running (not a zombie waiting for its parent to reap it)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not any(line.startswith("State:\tZ") for line in f)
+    except OSError:
+        return False

@@ -26,7 +26,8 @@ clock the benchmark advances, so steady state comes in minutes instead of 10:
    seconds apart: 32 ticks 2 s apart cover the 60 s scrape window, and a pod's window
    then holds as many rows as with 1 s scrapes (11: a row at most every window/12 = 5 s
    plus the newest; 5 s steps would keep 7); the newest entries of every history are
-   then the loop's own.
+   then the loop's own. The controller's ``/metrics`` is read over HTTP every 15 s of
+   that clock, as a Prometheus scraping it would (its page is built per scrape).
 
 The child runs on the event loop ``llm-autoscaler run`` uses (`commands.run.run_loop`:
 uvloop when installed) and tunes the GC as it does once started (`tune_gc`).
@@ -91,6 +92,9 @@ import image_modules
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "rss.json"
 PODS = 8
+# The controller's /metrics read every this many (fake-clock) seconds of the steady phase,
+# as Prometheus scrapes it (deploy/prometheus/servicemonitor.yaml: 15 s).
+METRICS_SCRAPE_S = 15.0
 POLICY = {  # bench_scale.py's: steady at 8 replicas, forecast planner on
     "maxReplicaCount": 16,
     "metrics": [{"signal": "running", "target": 42}],
@@ -726,11 +730,22 @@ async def child(
     del recorded, planner
     mark("histories")
 
-    # 3. real ticks: windows full, newest history entries the loop's own
-    for _ in range(args.ticks):
-        await clock.advance(args.step)
-        await wait_ticks(first)
-        first += 1
+    # 3. real ticks: windows full, newest history entries the loop's own; the
+    # controller's own /metrics read as a Prometheus server scraping it every 15 s would
+    import aiohttp  # the kube client's: imported by the controller already
+
+    metrics_bytes: list[int] = []
+    scrape_every = max(1, round(METRICS_SCRAPE_S / args.step))
+    assert ctl.http is not None
+    async with aiohttp.ClientSession() as http:
+        for i in range(args.ticks):
+            await clock.advance(args.step)
+            await wait_ticks(first)
+            first += 1
+            if i % scrape_every == 0:
+                async with http.get(ctl.http.url + "/metrics") as resp:
+                    resp.raise_for_status()
+                    metrics_bytes.append(len(await resp.read()))
     wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
     mark("steady")
     out: dict[str, Any] = {
@@ -747,6 +762,8 @@ async def child(
     rows = [len(h.rows) for hs in histories.values() for h in hs.values()]
     out["counts"] = {
         "targets": len(state.targets),
+        "metrics_scrapes": len(metrics_bytes),
+        "metrics_page_bytes": max(metrics_bytes),
         "pods_cached": len(ctl.cache.pods.items),
         "deployments_cached": len(ctl.cache.deployments.items),
         "windows": len(rows) if not workers else None,

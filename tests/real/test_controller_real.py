@@ -246,7 +246,14 @@ async def test_scales_a_real_deployment_with_its_pods_scraped_by_worker_processe
         pids = [pid for pid in source.pids() if pid is not None]
         assert len(pids) == 2, f"two scrape workers up, got pids {source.pids()}"
         ref = TargetRef(namespace, "llama")
-        obs = ctl.state.targets[ref].observations[-1]
+        st = ctl.state.targets[ref]
+        # the write lands before the tick publishes its decision: wait for that
+        await until(
+            lambda: st.last_decision is not None and st.last_decision.desired_replicas == 3,
+            15,
+            "the published scale-up decision",
+        )
+        obs = st.observations[-1]
         assert obs.complete and obs.pods_read and "waiting" in obs.signals, obs
     finally:
         await ctl.stop()

@@ -29,7 +29,7 @@ from autoscaler.metrics.scrape_workers import (
     worker_index,
 )
 from autoscaler.metrics.source import PodEndpoint
-from tests.metrics.vllm_pods import FakeVllm, start_pods
+from tests.metrics.vllm_pods import FakeVllm, serve_route, start_pods
 from tests.metrics.worker_frames import Frames
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
@@ -210,12 +210,8 @@ async def test_an_answer_after_its_timeout_is_dropped_not_given_to_the_next_read
             return web.Response(body=body.encode(), content_type="text/plain")
         return web.Response(body=page.encode(), content_type="text/plain")
 
-    app = web.Application()
-    app.router.add_get("/metrics", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
+    runner, port = await serve_route("/metrics", handler)
+    url = f"http://127.0.0.1:{port}/metrics"
     pods = [PodEndpoint("p", url)]
     workers = make_workers(
         ScrapeConfig(timeout_s=BOUND_S),

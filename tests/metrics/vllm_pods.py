@@ -3,7 +3,7 @@ any object's `page()`, one server per pod: `serve_each`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -61,14 +61,21 @@ async def start_pods(pods: list[FakeVllm]) -> tuple[web.AppRunner, list[str]]:
             return web.Response(status=pod.status, text="unavailable")
         return web.Response(body=pod.page(), content_type="text/plain")
 
+    runner, port = await serve_route("/pod/{i}/metrics", handler)
+    return runner, [f"http://127.0.0.1:{port}/pod/{i}/metrics" for i in range(len(pods))]
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+async def serve_route(path: str, handler: Handler) -> tuple[web.AppRunner, int]:
+    """``handler`` at GET ``path`` on 127.0.0.1 (a free port); the runner and its port."""
     app = web.Application()
-    app.router.add_get("/pod/{i}/metrics", handler)
+    app.router.add_get(path, handler)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    return runner, [f"http://127.0.0.1:{port}/pod/{i}/metrics" for i in range(len(pods))]
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, runner.addresses[0][1]
 
 
 class Paged(Protocol):
@@ -84,11 +91,7 @@ async def serve_each(pods: Sequence[Paged]) -> tuple[list[web.AppRunner], list[s
         async def handler(_: web.Request, pod: Paged = pod) -> web.Response:
             return web.Response(body=pod.page(), content_type="text/plain")
 
-        app = web.Application()
-        app.router.add_get("/metrics", handler)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runner, port = await serve_route("/metrics", handler)
         runners.append(runner)
-        netlocs.append(f"127.0.0.1:{runner.addresses[0][1]}")
+        netlocs.append(f"127.0.0.1:{port}")
     return runners, netlocs

@@ -93,17 +93,26 @@ def _cond(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     return {}
 
 
-async def test_scales_a_real_deployment_up_as_its_service_account_and_describe_finds_the_event(
-    kube: Kube, namespace: str, kubelet: FakeKubelet, controller: Controller
-) -> None:
+async def _one_pod_under_load(
+    kube: Kube, namespace: str, kubelet: FakeKubelet, ctl: Controller
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Deployment llama (1 replica, its pod Ready) with an LLMAutoscaler (max 3), ``ctl``
+    the leader, then LOAD_REQUESTS queued in the pod: (deployment, target)."""
     dep = vllm_deployment("llama", namespace, replicas=1)
     await kube.apply(dep)
     await until(lambda: len(kubelet.ready_pods()) == 1, 30, "the first pod")
     target = llmas("llama", namespace, maxReplicaCount=3)
     await kube.create(target)
-    await until(lambda: controller.state.is_leader, 15, "leadership in llm-autoscaler")
+    await until(lambda: ctl.state.is_leader, 15, "leadership in llm-autoscaler")
     (pod,) = kubelet.replicas.values()
     pod.engine.inject(LOAD_REQUESTS, 512, 4096)
+    return dep, target
+
+
+async def test_scales_a_real_deployment_up_as_its_service_account_and_describe_finds_the_event(
+    kube: Kube, namespace: str, kubelet: FakeKubelet, controller: Controller
+) -> None:
+    dep, target = await _one_pod_under_load(kube, namespace, kubelet, controller)
     scaled = await _poll(kube, dep, lambda d: d["spec"]["replicas"] == 3, 30, "scale to 3")
     await until(lambda: len(kubelet.ready_pods()) == 3, 30, "three pods from the ReplicaSet")
     events = await _events(kube, namespace, scaled["metadata"]["uid"], 1)
@@ -234,14 +243,7 @@ async def test_scales_a_real_deployment_with_its_pods_scraped_by_worker_processe
     try:
         assert ctl.loop is not None
         source = ctl.loop.signals.source  # type: ignore[attr-defined]
-        dep = vllm_deployment("llama", namespace, replicas=1)
-        await kube.apply(dep)
-        await until(lambda: len(kubelet.ready_pods()) == 1, 30, "the first pod")
-        target = llmas("llama", namespace, maxReplicaCount=3)
-        await kube.create(target)
-        await until(lambda: ctl.state.is_leader, 15, "leadership")
-        (pod,) = kubelet.replicas.values()
-        pod.engine.inject(LOAD_REQUESTS, 512, 4096)
+        dep, _ = await _one_pod_under_load(kube, namespace, kubelet, ctl)
         await _poll(kube, dep, lambda d: d["spec"]["replicas"] == 3, 30, "scale to 3")
         pids = [pid for pid in source.pids() if pid is not None]
         assert len(pids) == 2, f"two scrape workers up, got pids {source.pids()}"

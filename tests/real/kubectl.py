@@ -130,8 +130,26 @@ class Kube:
             crd = await self.get(path)
             status = crd.get("status") or {}
             conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
-            if conds.get("Established") == "True":
+            if conds.get("Established") == "True" and await self._discoverable(crd):
                 return
             if loop.time() > end:
-                raise AssertionError(f"CRD {crd_name} not established: {conds}")
+                raise AssertionError(f"CRD {crd_name} not established and discoverable: {conds}")
             await asyncio.sleep(0.1)
+
+    async def _discoverable(self, crd: Obj) -> bool:
+        """Every served version lists the CRD's resource in discovery: the API server can
+        answer Established a moment before /apis/<group>/<version> serves it (404)."""
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            if not version.get("served", True):
+                continue
+            api_version = f"{spec['group']}/{version['name']}"
+            try:
+                found = await self._discover(api_version, refresh=True)
+            except KubeError as err:
+                if err.status == 404:
+                    return False
+                raise
+            if spec["names"]["kind"] not in found:
+                return False
+        return True

@@ -4,7 +4,6 @@ same decisions with the scraping in worker processes (real processes, real socke
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -17,6 +16,7 @@ from autoscaler.kube.names import METRICS_PORT_ANNOTATION
 from autoscaler.metrics.pod_scrape import PodScrapeSource
 from autoscaler.metrics.scrape_workers import ScrapeWorkers
 from autoscaler.settings import Settings
+from tests.support.processes import alive
 from tests.support.waiting import until
 from tests.support.workloads import add_llm_target, controller_settings, served_page
 
@@ -43,10 +43,6 @@ def replicas(kube: LocalKubeAPI) -> int:
     dep = kube.get("deployments", "llm", "llama", group="apps")
     assert dep is not None
     return int(dep["spec"]["replicas"])
-
-
-def alive(pid: int) -> bool:
-    return Path(f"/proc/{pid}").exists()
 
 
 def source_of(ctl: Controller) -> object:

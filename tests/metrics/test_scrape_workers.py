@@ -31,6 +31,7 @@ from autoscaler.metrics.scrape_workers import (
 from autoscaler.metrics.source import PodEndpoint
 from tests.metrics.vllm_pods import FakeVllm, serve_route, start_pods
 from tests.metrics.worker_frames import Frames
+from tests.support.processes import alive
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
 BOUND_S = 60.0  # every wait on a real event is bounded by this
@@ -38,11 +39,6 @@ KEYS = [f"ns/model-{i}" for i in range(8)]
 QUICK = WorkerConfig(workers=2, restart_backoff_s=0.05, heartbeat_s=0.2)
 
 Factory = Callable[..., ScrapeWorkers]
-
-
-def alive(pid: int) -> bool:
-    """The process exists (a zombie counts: not reaped is a leak too)."""
-    return Path(f"/proc/{pid}").exists()
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from tests.real.controlplane import ControlPlane
 from tests.real.kubectl import Kube
 from tests.real.test_crd_real import llmas
 from tests.support.fake_kubelet import FakeKubelet
+from tests.support.processes import alive
 from tests.support.waiting import until
 
 LOAD_REQUESTS = 600  # waiting requests injected into the first pod (256 run, the rest wait)
@@ -236,7 +237,8 @@ async def test_scales_a_real_deployment_with_its_pods_scraped_by_worker_processe
 ) -> None:
     """`--scrape-workers 2` against the real control plane: the pods the ReplicaSet
     controller made (found by the informers) are read by two worker processes, the
-    decision is the in-process one's, and stopping the controller ends the workers."""
+    target scales on what they read, and stopping the controller ends (and reaps) the
+    workers."""
     ctl = Controller(settings(scrape_workers=2), controller_api, identity="ctrl-workers")
     await ctl.start()
     pids: list[int] = []
@@ -260,16 +262,7 @@ async def test_scales_a_real_deployment_with_its_pods_scraped_by_worker_processe
     finally:
         await ctl.stop()
     await until(
-        lambda: not any(_alive(pid) for pid in pids),
+        lambda: not any(alive(pid) for pid in pids),
         10,
         "the scrape workers to exit with the controller",
     )
-
-
-def _alive(pid: int) -> bool:
-    """Running (not a zombie waiting for its parent to reap it)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return not any(line.startswith("State:\tZ") for line in f)
-    except OSError:
-        return False

@@ -821,9 +821,7 @@ def child_main(argv: Sequence[str]) -> None:
     parser.add_argument("--census", action="store_true")
     parser.add_argument("--block", default="", help="comma-separated modules to block")
     args = parser.parse_args(argv)
-    for module in filter(None, args.block.split(",")):  # not in the image: as if absent
-        if module not in sys.modules:  # (a .pth file's start-up import stays)
-            sys.modules[module] = None  # type: ignore[assignment]
+    image_modules.block(filter(None, args.block.split(",")))  # not in the image: absent
     interpreter = rss_mb()
     if args.variant == "before":  # before anything imports autoscaler: no lazy client
         import kubernetes_asyncio.client  # noqa: F401

@@ -127,6 +127,19 @@ def test_the_shipped_lock_leaves_every_runtime_import_of_the_controller(
     assert not blocked & {"fastapi", "grpc", "kubernetes_asyncio", "aiohttp", "uvloop", "yaml"}
 
 
+def test_blocked_modules_import_as_absent_and_loaded_ones_stay(
+    image_modules: ModuleType,
+) -> None:
+    name = "llm_autoscaler_test_blocked_module"
+    try:
+        assert image_modules.block([name, "json"]) == ["json"]  # json: imported already
+        with pytest.raises(ImportError):
+            importlib.import_module(name)
+        assert sys.modules["json"] is not None
+    finally:
+        sys.modules.pop(name, None)
+
+
 def test_an_empty_lock_is_refused_naming_the_file(
     image_modules: ModuleType, tmp_path: Path
 ) -> None:

@@ -25,16 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from percentiles import nearest_rank
+
 ROOT = Path(__file__).parents[1]
 TOKEN = "bench-token"
 NS = "bench"
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
 # ----------------------------------------------------------------------------- load side
@@ -104,11 +99,15 @@ def load_process(
             "requests": len(all_lat),
             "elapsed_s": elapsed,
             "requests_per_s": len(all_lat) / elapsed,
-            "p50_ms": _pct(all_lat, 0.50) * 1e3,
-            "p99_ms": _pct(all_lat, 0.99) * 1e3,
+            "p50_ms": nearest_rank(all_lat, 0.50) * 1e3,
+            "p99_ms": nearest_rank(all_lat, 0.99) * 1e3,
             "errors": errors,
             "by_kind": {
-                k: {"n": len(v), "p50_ms": _pct(v, 0.5) * 1e3, "p99_ms": _pct(v, 0.99) * 1e3}
+                k: {
+                    "n": len(v),
+                    "p50_ms": nearest_rank(v, 0.5) * 1e3,
+                    "p99_ms": nearest_rank(v, 0.99) * 1e3,
+                }
                 for k, v in sorted(lat.items())
             },
         }
@@ -212,10 +211,10 @@ async def controller(args: argparse.Namespace) -> dict[str, Any]:
         return {
             "ticks": len(rows),
             "duration_p50_ms": statistics.median(dur),
-            "duration_p99_ms": _pct(dur, 0.99),
+            "duration_p99_ms": nearest_rank(dur, 0.99),
             "duration_max_ms": max(dur),
             "lateness_p50_ms": statistics.median(late),
-            "lateness_p99_ms": _pct(late, 0.99),
+            "lateness_p99_ms": nearest_rank(late, 0.99),
             "lateness_max_ms": max(late),
         }
 

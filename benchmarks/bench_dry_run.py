@@ -38,17 +38,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from percentiles import nearest_rank
+
 ROOT = Path(__file__).parents[1]
 TARGET = "/v1/targets/bench/chat"
 CONFIGS = ("unlimited", "limited")
 CANDIDATE = {"policy": {"minReplicaCount": 1, "maxReplicaCount": 24}}
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
 # ----------------------------------------------------------------------------- client side
@@ -188,10 +183,10 @@ def pooled(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         for k, v in r["statuses"].items():
             statuses[k] = statuses.get(k, 0) + v
     return {
-        "healthz_alone_p50_ms": _pct(alone, 0.5),
-        "healthz_alone_p99_ms": _pct(alone, 0.99),
-        "healthz_flood_p50_ms": _pct(flood, 0.5),
-        "healthz_flood_p99_ms": _pct(flood, 0.99),
+        "healthz_alone_p50_ms": nearest_rank(alone, 0.5),
+        "healthz_alone_p99_ms": nearest_rank(alone, 0.99),
+        "healthz_flood_p50_ms": nearest_rank(flood, 0.5),
+        "healthz_flood_p99_ms": nearest_rank(flood, 0.99),
         "probes": len(flood),
         "dry_run_statuses": statuses,
         "dry_run_per_s": {k: v / wall_s for k, v in sorted(statuses.items())},

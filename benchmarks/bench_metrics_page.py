@@ -19,23 +19,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from percentiles import nearest_rank
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 RESULTS = ROOT / "benchmarks" / "results" / "metrics_page.json"
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
 async def _ticker(lags_ms: list[float], stop: asyncio.Event) -> None:
@@ -111,10 +105,10 @@ async def run(targets: int, scrapes: int) -> dict[str, Any]:
     for route, row in rows.items():
         out["routes"][route] = {
             "bytes": row["bytes"],
-            "scrape_wall_ms_median": _pct(row["wall_ms"], 0.5),
+            "scrape_wall_ms_median": nearest_rank(row["wall_ms"], 0.5),
             "loop_lag_max_ms": max(row["lags_ms"]),
-            "loop_lag_p99_ms": _pct(row["lags_ms"], 0.99),
-            "loop_lag_p50_ms": _pct(row["lags_ms"], 0.5),
+            "loop_lag_p99_ms": nearest_rank(row["lags_ms"], 0.99),
+            "loop_lag_p50_ms": nearest_rank(row["lags_ms"], 0.5),
         }
     return out
 

@@ -69,14 +69,6 @@ def shared_pair() -> Iterator[tuple[int, int]]:
         proc.wait(timeout=30)
 
 
-def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for {pid}")
-
-
 def test_group_rss_counts_pages_shared_by_a_fork_once(
     bench_rss: ModuleType, shared_pair: tuple[int, int]
 ) -> None:
@@ -85,7 +77,7 @@ def test_group_rss_counts_pages_shared_by_a_fork_once(
     if os.geteuid() != 0:  # frame numbers hidden: no figure, never a partial one
         assert group is None
         return
-    rss_parent, rss_child = _rss_mb(parent), _rss_mb(child)
+    rss_parent, rss_child = (bench_rss.proc_mb(pid)["rss"] for pid in (parent, child))
     assert rss_parent > 64 and rss_child > 64  # each RSS holds the whole buffer
     assert group is not None
     assert group < rss_parent + 16  # ... the group holds it once

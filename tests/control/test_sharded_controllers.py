@@ -5,7 +5,8 @@ report their shards on /readyz and /metrics, and hand a stopped one's shards ove
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 import httpx
 import pytest
@@ -48,6 +49,20 @@ def all_scaled(kube: LocalKubeAPI) -> bool:
     return len(deps) == TARGETS and all(d["spec"]["replicas"] == 4 for d in deps)
 
 
+async def _steady_get(
+    http: httpx.AsyncClient, path: str, read: Callable[[], Any]
+) -> tuple[httpx.Response, Any]:
+    """GET ``path`` while ``read()`` (the live state it reports) stays the same from before
+    the request to after it, so the answer can be compared with that state; under load a
+    lease may still move between two replicas, and then the request is repeated."""
+    for _ in range(50):
+        before = read()
+        resp = await http.get(path)
+        if read() == before:
+            return resp, before
+    raise AssertionError(f"{path}: the state it reports changed during every one of 50 requests")
+
+
 async def test_three_sharded_controllers_split_the_targets_and_take_over_a_stopped_ones(
     fleet: LocalKubeAPI,
 ) -> None:
@@ -68,14 +83,16 @@ async def test_three_sharded_controllers_split_the_targets_and_take_over_a_stopp
         assert len(busy) >= 2, "the shards are split, not all on one replica"
         a = ctls[0]
         assert a.http is not None
-        async with httpx.AsyncClient(base_url=a.http.url) as http:
-            ready = (await http.get("/readyz")).json()
-            metrics = (await http.get("/metrics")).text
         assert a.shards is not None
+        shards = a.shards
+        async with httpx.AsyncClient(base_url=a.http.url) as http:
+            ready_resp, held = await _steady_get(http, "/readyz", lambda: shards.status().held)
+            metrics_resp, held_m = await _steady_get(http, "/metrics", lambda: shards.held)
+        ready, metrics = ready_resp.json(), metrics_resp.text
         assert ready["leadership"]["shards"] == SHARDS
-        assert ready["leadership"]["held"] == list(a.shards.status().held)
+        assert ready["leadership"]["held"] == list(held)
         assert sorted(ready["leadership"]["members"]) == ["a", "b", "c"]
-        assert f"llm_autoscaler_shards_held {float(len(a.shards.held))}" in metrics
+        assert f"llm_autoscaler_shards_held {float(len(held_m))}" in metrics
 
         leaving = busy[0]
         await leaving.stop()  # releases its shards: the others take them at once

@@ -129,7 +129,11 @@ class Controller:
 
             queries = RECORDED_QUERIES if s.prometheus_recorded_rules else VLLM_QUERIES
             return SourceSignals(PrometheusSource(s.prometheus_url, selector, queries))
-        config = ScrapeConfig(timeout_s=s.scrape_timeout_s, max_concurrency=s.scrape_concurrency)
+        config = ScrapeConfig(
+            timeout_s=s.scrape_timeout_s,
+            max_concurrency=s.scrape_concurrency,
+            filter_families=s.scrape_filter_families,
+        )
         if s.scrape_workers:
             return SourceSignals(ScrapeWorkers(config, WorkerConfig(workers=s.scrape_workers)))
         return SourceSignals(PodScrapeSource(config))

@@ -130,6 +130,10 @@ class Settings(BaseSettings):
     # docs/scale.md "workers pass"): 0 scrapes in the controller process itself. Each
     # worker runs ``scrape_concurrency`` scrapes at most. Direct (pod-scrape) mode only.
     scrape_workers: int = Field(default=0, ge=0, le=MAX_SCRAPE_WORKERS)
+    # Ask each vLLM pod for only the families the autoscaler reads (``/metrics?name[]=``,
+    # autoscaler/metrics/filtering.py): a fifth of the page to render, send and parse.
+    # A server that ignores the query still works; off only for a proxy that refuses one.
+    scrape_filter_families: bool = True
     prometheus_url: str | None = None
     # Prometheus mode: read the quantiles from the bucket rates recorded by
     # deploy/prometheus/recording-rules.yaml (which must be loaded) instead of computing

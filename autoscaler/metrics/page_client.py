@@ -63,6 +63,13 @@ class _Target:
     tls: bool
     request: bytes
     key: tuple[str, int, bool]  # the pool's key: (host, port, tls)
+    target_end: int  # where the request target ends in ``request``
+    query_sep: bytes  # what joins more query parameters to the target: ``?`` or ``&``
+
+    def with_query(self, query: bytes) -> bytes:
+        """The request with ``query`` added to the target's query string."""
+        request, end = self.request, self.target_end
+        return b"".join((request[:end], self.query_sep, query, request[end:]))
 
 
 def _target(url: str) -> _Target:
@@ -74,12 +81,14 @@ def _target(url: str) -> _Target:
     host_header = f"[{host}]" if ":" in host else host
     if not parsed.is_default_port():
         host_header += f":{port}"
+    path_qs = parsed.raw_path_qs or "/"
     request = (
-        f"GET {parsed.raw_path_qs or '/'} HTTP/1.1\r\nHost: {host_header}\r\n"
+        f"GET {path_qs} HTTP/1.1\r\nHost: {host_header}\r\n"
         f"Accept: {ACCEPT}\r\nUser-Agent: llm-autoscaler\r\n\r\n"
     ).encode("ascii")
     tls = parsed.scheme == "https"
-    return _Target(host, port, tls, request, (host, port, tls))
+    sep = b"&" if parsed.raw_query_string else b"" if path_qs.endswith("?") else b"?"
+    return _Target(host, port, tls, request, (host, port, tls), 4 + len(path_qs), sep)
 
 
 class _Buffers:
@@ -517,8 +526,12 @@ class PageClient:
         self._next_sweep = 0.0
         self.connects = 0  # connections opened (tests and benchmarks read it)
 
-    async def get(self, url: str) -> bytes:
-        """The body of a 200 answer to ``GET url``; raises on anything else."""
+    async def get(self, url: str, query: bytes = b"") -> bytes:
+        """The body of a 200 answer to ``GET url``; raises on anything else.
+
+        ``query``: more query parameters (percent-encoded) added to the URL's own, e.g.
+        `filtering.name_query`; kept out of the per-URL cache, so a long query shared by
+        every pod is one object, not one copy per pod."""
         target = self._targets.get(url)
         if target is None:
             if len(self._targets) >= 65536:
@@ -530,6 +543,7 @@ class PageClient:
         if now >= self._next_sweep:
             self._sweep(now)
         key = target.key
+        request = target.with_query(query) if query else target.request
         conn = self._take_idle(key, now)
         reused = conn is not None
         if conn is None:
@@ -537,7 +551,7 @@ class PageClient:
         self._busy.add(conn)
         try:
             try:
-                body = await conn.request(target.request, deadline)
+                body = await conn.request(request, deadline)
             except _Stale:
                 if not reused:
                     raise PageFetchError("connection closed before the response") from None
@@ -545,7 +559,7 @@ class PageClient:
                 conn = await self._connect(target, deadline)
                 self._busy.add(conn)
                 try:
-                    body = await conn.request(target.request, deadline)
+                    body = await conn.request(request, deadline)
                 except _Stale:
                     raise PageFetchError("connection closed before the response") from None
         finally:

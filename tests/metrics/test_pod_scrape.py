@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
+from fastapi import FastAPI
+from prometheus_client import Histogram, make_asgi_app
+from starlette.routing import Mount
 
-from autoscaler.metrics.engines import read_snapshot
+from autoscaler.api.server import serve_http
+from autoscaler.metrics.engines import ADAPTERS, VLLM_REQUEST_SAMPLES, read_snapshot
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
-from autoscaler.metrics.source import PodEndpoint
+from autoscaler.metrics.source import PodEndpoint, TargetReading
 from tests.metrics.vllm_pods import FakeVllm, start_pods
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
@@ -164,3 +171,131 @@ async def test_scrapes_in_flight_never_exceed_max_concurrency_across_targets() -
         await runner.cleanup()
     assert in_flight[1] == 3
     assert [r.pods_read for r in readings] == [4, 4]
+
+
+def _with_unread_families(pod: FakeVllm) -> FakeVllm:
+    """A pod that also exports histograms the adapter never reads (as vLLM does)."""
+    for name in ("vllm:e2e_request_latency_seconds", "vllm:request_prefill_time_seconds"):
+        h = Histogram(name, "unread", ["model_name", "engine"], registry=pod.registry)
+        h.labels(*pod.key()).observe(0.3)
+    return pod
+
+
+async def _read_side_by_side(
+    pods: list[FakeVllm], config: ScrapeConfig, ticks: int = 4
+) -> tuple[list[TargetReading], list[TargetReading], PodScrapeSource]:
+    """The same pods read each tick by a source with ``config`` and by one that never
+    filters; the first source is returned too (closed)."""
+    runner, urls = await start_pods(pods)
+    endpoints = [PodEndpoint(f"pod-{i}", u) for i, u in enumerate(urls)]
+    source = PodScrapeSource(config)
+    whole = PodScrapeSource(dataclasses.replace(config, filter_families=False))
+    got, expected = [], []
+    try:
+        for tick in range(ticks):
+            for i, pod in enumerate(pods):
+                pod.set(waiting=tick + i, running=10 + tick, kv=0.1 * (tick + 1))
+                pod.serve(prompt_tokens=100 * tick, ttfts=[0.03 * (i + 1)] * (tick + 1))
+            got.append(await source.read("ns/llama", endpoints, now=float(tick)))
+            expected.append(await whole.read("ns/llama", endpoints, now=float(tick)))
+    finally:
+        await source.close()
+        await whole.close()
+        await runner.cleanup()
+    return got, expected, source
+
+
+def _same_readings(got: list[TargetReading], expected: list[TargetReading]) -> None:
+    for a, b in zip(got, expected, strict=True):
+        assert a.pods_read == b.pods_read == a.pods_expected and a.errors == ()
+        assert a.signals == b.signals
+    assert "prompt_tokens_per_s" in got[-1].signals and "ttft_p95_s" in got[-1].signals
+
+
+async def test_asks_a_vllm_pod_for_only_the_families_it_reads_once_detected() -> None:
+    pods = [_with_unread_families(FakeVllm()), _with_unread_families(FakeVllm())]
+    got, expected, _ = await _read_side_by_side(pods, ScrapeConfig())
+    _same_readings(got, expected)
+    for pod in pods:  # whole page to detect the engine, then only the samples read
+        mine = pod.asked[0::2]  # the unfiltered source's requests are the odd ones
+        assert mine == [(), *[VLLM_REQUEST_SAMPLES] * 3]
+        assert all(asked == () for asked in pod.asked[1::2])
+    restricted = pods[0].page(VLLM_REQUEST_SAMPLES)
+    assert b"e2e_request_latency" not in restricted and b"time_to_first_token" in restricted
+
+
+async def test_a_configured_engine_is_asked_for_its_families_from_the_first_scrape() -> None:
+    pods = [_with_unread_families(FakeVllm())]
+    got, expected, _ = await _read_side_by_side(pods, ScrapeConfig(engine="vllm"))
+    _same_readings(got, expected)
+    assert pods[0].asked[0::2] == [VLLM_REQUEST_SAMPLES] * 4
+
+
+async def test_reads_the_whole_page_of_a_pod_whose_filtered_answer_holds_no_family() -> None:
+    pods = [FakeVllm(filtering="empty"), FakeVllm()]
+    got, expected, source = await _read_side_by_side(pods, ScrapeConfig())
+    _same_readings(got, expected)  # never missing: read whole in the same scrape
+    # per tick, this source's requests then the other source's one: detection; one
+    # filtered request answered empty and the whole page at once; then whole pages only
+    names = VLLM_REQUEST_SAMPLES
+    assert pods[0].asked == [(), (), names, (), (), (), (), (), ()]
+    assert pods[1].asked[0::2] == [(), *[VLLM_REQUEST_SAMPLES] * 3]
+    assert len(source.unfiltered_pods) == 1
+
+
+async def test_a_server_that_ignores_the_filter_is_read_from_its_whole_page() -> None:
+    pods = [_with_unread_families(FakeVllm(filtering="ignored"))]
+    got, expected, source = await _read_side_by_side(pods, ScrapeConfig())
+    _same_readings(got, expected)
+    assert pods[0].asked[0::2] == [(), *[VLLM_REQUEST_SAMPLES] * 3]  # one request a scrape
+    assert source.unfiltered_pods == set()
+
+
+async def test_never_adds_a_query_with_filtering_off() -> None:
+    pods = [FakeVllm()]
+    got, expected, _ = await _read_side_by_side(pods, ScrapeConfig(filter_families=False))
+    _same_readings(got, expected)
+    assert pods[0].asked == [()] * 8
+
+
+async def test_filters_through_prometheus_client_asgi_app_mounted_as_vllm_mounts_it() -> None:
+    """The real server side: prometheus_client's ASGI app at ``/metrics`` of a FastAPI app
+    under uvicorn (vLLM's `attach_router`), parsing the query itself."""
+    pod = _with_unread_families(FakeVllm())
+    seen: list[tuple[bytes, int]] = []  # (query string, body bytes) per request
+    metrics_app = make_asgi_app(registry=pod.registry, disable_compression=True)
+
+    async def recording(scope: Any, receive: Any, send: Any) -> None:
+        sent = [0]
+
+        async def counting_send(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                sent[0] += len(message.get("body", b""))
+            await send(message)
+
+        await metrics_app(scope, receive, counting_send)
+        seen.append((scope["query_string"], sent[0]))
+
+    app = FastAPI()
+    route = Mount("/metrics", recording)
+    route.path_regex = re.compile("^/metrics(?P<path>.*)$")  # as vLLM: no 307 redirect
+    app.routes.append(route)
+    server = await serve_http(app)
+    url = f"{server.url}/metrics"
+    source = PodScrapeSource(ScrapeConfig())
+    whole = PodScrapeSource(ScrapeConfig(filter_families=False))
+    try:
+        for tick in range(3):
+            pod.set(waiting=tick, running=5, kv=0.5)
+            pod.serve(prompt_tokens=50 * tick, ttfts=[0.02, 0.2])
+            got = await source.read("t", [PodEndpoint("p", url)], float(tick))
+            expected = await whole.read("t", [PodEndpoint("p", url)], float(tick))
+            assert got.pods_read == 1 and got.errors == () and got.signals == expected.signals
+    finally:
+        await source.close()
+        await whole.close()
+        await server.stop()
+    queries = [q for q, _ in seen]
+    assert queries[0::2] == [b"", ADAPTERS["vllm"].request_query, ADAPTERS["vllm"].request_query]
+    filtered, full = seen[4][1], seen[5][1]
+    assert 0 < filtered < full / 2

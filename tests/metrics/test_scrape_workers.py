@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from autoscaler.metrics.engines import VLLM_REQUEST_SAMPLES
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
 from autoscaler.metrics.scrape_workers import (
     ScrapeWorkers,
@@ -98,8 +99,22 @@ async def test_reads_what_the_in_process_source_reads_for_the_same_pages(
     finally:
         await local.close()
     assert {workers.worker_of(k) for k in KEYS} == {0, 1}  # both workers did read
+    # each side (worker, then in-process) asks a detected vLLM pod for its families only
+    for pod in pods[:3] + pods[4:]:
+        assert pod.asked == [(), (), *[VLLM_REQUEST_SAMPLES] * 4]
     bad = await workers.read(KEYS[1], endpoints[KEYS[1]], 130.0)
     assert bad.pods_read == 1 and "503" in bad.errors[0]
+
+
+async def test_a_worker_scrapes_whole_pages_when_filtering_is_off(
+    make_workers: Factory, fleet: tuple[list[FakeVllm], dict[str, list[PodEndpoint]]]
+) -> None:
+    pods, endpoints = fleet
+    workers = make_workers(ScrapeConfig(timeout_s=5.0, filter_families=False))
+    for now in (1.0, 2.0):
+        reading = await workers.read(KEYS[0], endpoints[KEYS[0]], now)
+        assert reading.pods_read == 2
+    assert [pod.asked for pod in pods[:2]] == [[(), ()], [(), ()]]
 
 
 async def test_a_targets_histories_stay_in_its_worker_so_rates_are_right(

@@ -1,11 +1,15 @@
 """Real aiohttp servers on 127.0.0.1 serving vLLM V1 pages whose values tests control (and
-any object's `page()`, one server per pod: `serve_each`)."""
+any object's `page()`, one server per pod: `serve_each`).
+
+A `FakeVllm` answers ``?name[]=`` as current vLLM does (its ``/metrics`` is
+prometheus_client's ASGI app: `CollectorRegistry.restricted_registry`), or as the
+servers that do not filter (``filtering``)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -20,6 +24,11 @@ class FakeVllm:
     model: str = "llama"
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     status: int = 200
+    # "prometheus_client": ``name[]`` restricts the page; "ignored": the whole page (a
+    # prometheus-fastapi-instrumentator route); "empty": nothing (prometheus_client < 0.20
+    # behind a multiprocess registry, whose collector has no names to look up)
+    filtering: Literal["prometheus_client", "ignored", "empty"] = "prometheus_client"
+    asked: list[tuple[str, ...]] = field(default_factory=list)  # each request's name[]
 
     def __post_init__(self) -> None:
         names = ["model_name", "engine"]
@@ -48,8 +57,14 @@ class FakeVllm:
         for v in ttfts:
             child.observe(v)
 
-    def page(self) -> bytes:
-        return generate_latest(self.registry)
+    def page(self, names: Sequence[str] = ()) -> bytes:
+        """The page, restricted to ``names`` (sample names) when some are given."""
+        self.asked.append(tuple(names))
+        if not names or self.filtering == "ignored":
+            return generate_latest(self.registry)
+        if self.filtering == "empty":
+            return b""
+        return generate_latest(self.registry.restricted_registry(names))
 
 
 async def start_pods(pods: list[FakeVllm]) -> tuple[web.AppRunner, list[str]]:
@@ -59,7 +74,8 @@ async def start_pods(pods: list[FakeVllm]) -> tuple[web.AppRunner, list[str]]:
         pod = pods[int(request.match_info["i"])]
         if pod.status != 200:
             return web.Response(status=pod.status, text="unavailable")
-        return web.Response(body=pod.page(), content_type="text/plain")
+        body = pod.page(request.query.getall("name[]", []))
+        return web.Response(body=body, content_type="text/plain")
 
     runner, port = await serve_route("/pod/{i}/metrics", handler)
     return runner, [f"http://127.0.0.1:{port}/pod/{i}/metrics" for i in range(len(pods))]

@@ -219,11 +219,13 @@ def processes_mb(worker_pids: Sequence[int | None]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ cluster
 class _Page:
     """The vLLM V1 fixture page at a pod's ``k``-th scrape: every cumulative value grown
-    (counters never reset), the running/waiting/KV-cache gauges moving, as on a busy pod."""
+    (counters never reset), the running/waiting/KV-cache gauges moving, as on a busy pod.
+    A request naming samples (``?name[]=``) gets the page restricted to them, as from
+    prometheus_client (vLLM's ``/metrics``; `filtering.restrict_page`)."""
 
     GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 
-    def __init__(self) -> None:
+    def __init__(self, text: str = PAGE) -> None:
         import re
 
         value = re.compile(r"^(\S+?)(\{[^}]*\})? (\S+)$", re.M)
@@ -231,7 +233,8 @@ class _Page:
         self.kinds: list[int] = []  # 0: cumulative, 1..3: a gauge of GAUGES
         self.values: list[float] = []
         pos = 0
-        for m in value.finditer(PAGE):
+        self._filtered: dict[bytes, _Page] = {}
+        for m in value.finditer(text):
             name = m.group(1)
             if name.endswith(("_bucket", "_count", "_sum", "_total")):
                 kind = 0
@@ -239,11 +242,28 @@ class _Page:
                 kind = 1 + self.GAUGES.index(name)
             else:
                 continue
-            self.parts.append(PAGE[pos : m.start(3)])
+            self.parts.append(text[pos : m.start(3)])
             self.kinds.append(kind)
             self.values.append(float(m.group(3)))
             pos = m.end(3)
-        self.tail = PAGE[pos:]
+        self.tail = text[pos:]
+
+    def to(self, head: bytes) -> _Page:
+        """The page answering the request whose head (request line first) is ``head``."""
+        line = head[: head.find(b"\r\n")]
+        at = line.find(b"name%5B%5D=")
+        if at < 0:
+            return self
+        key = line[at : line.rfind(b" ")]
+        got = self._filtered.get(key)
+        if got is None:
+            from urllib.parse import parse_qs
+
+            from autoscaler.metrics.filtering import restrict_page
+
+            names = parse_qs(key.decode("latin1")).get("name[]", [])
+            got = self._filtered[key] = _Page(restrict_page(PAGE, names))
+        return got
 
     def response(self, g: int, k: int) -> bytes:
         step = 1 + g % 7
@@ -279,9 +299,10 @@ class _Pod(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            page = self.page.to(self.buffer[:end])
             self.buffer = self.buffer[end + 4 :]
             assert self.transport is not None
-            self.transport.write(self.page.response(self.g, self.sent))
+            self.transport.write(page.response(self.g, self.sent))
             self.sent += 1
 
 

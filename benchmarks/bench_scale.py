@@ -55,7 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_scrape import _Pod, variants
+from bench_scrape import Responses, _Pod
 from fleet import pod_ip, populate
 from revisions import compared_table, extract, short_rev, tree_rev
 
@@ -100,7 +100,7 @@ async def _serve_cluster(
     from autoscaler.policy.schema import load_policy
 
     loop = asyncio.get_running_loop()
-    responses = variants(pages)
+    responses = Responses(pages)
     protocols: list[_Pod] = []
 
     def factory() -> _Pod:

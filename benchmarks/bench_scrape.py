@@ -16,7 +16,12 @@ pods are served by another process pinned to core 1, so the server side never co
 for the scraper's core: a minimal asyncio HTTP/1.1 keep-alive responder (precomputed
 responses). Each pod's page is the vLLM V1 fixture (496 lines, 46 kB) with its counters
 and buckets advanced on every request (16 precomputed variants per pod, so pages differ
-between scrapes as a live engine's do).
+between scrapes as a live engine's do); a request naming samples (``?name[]=``) is
+answered as prometheus_client answers it (vLLM's ``/metrics``: the page restricted to
+those samples, `filtering.restrict_page`). The tree's rows ask for the vLLM adapter's
+families once a pod's engine is known, as `llm-autoscaler run` does; the row "whole
+pages" is the same code with ``filter_families`` off (the 46 kB page every scrape, as
+from a vLLM whose ``/metrics`` ignores the query).
 
 Rows are measured in interleaved rounds (each round runs every configuration once), in
 CPU time of the worker process, so load on the shared VM hits every row alike; "vs
@@ -41,6 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 from revisions import extract, short_rev
 
@@ -52,10 +58,15 @@ DEFAULT_BASELINE = "cc41b84"
 _CUMULATIVE = re.compile(r"^(\S+(?:_bucket|_count|_sum|_total)(?:\{[^}]*\})?) (\S+)$", re.M)
 
 
-def variants(count: int = VARIANTS) -> list[bytes]:
+def variants(count: int = VARIANTS, names: list[str] | None = None) -> list[bytes]:
     """``count`` HTTP responses whose cumulative values grow by 10 per variant (buckets
-    stay monotone)."""
-    pieces = _CUMULATIVE.split(PAGE)  # text, name, value, text, name, value, ..., text
+    stay monotone); with ``names``, of the page restricted to those samples."""
+    page = PAGE
+    if names is not None:
+        from autoscaler.metrics.filtering import restrict_page
+
+        page = restrict_page(PAGE, names)
+    pieces = _CUMULATIVE.split(page)  # text, name, value, text, name, value, ..., text
     texts = [t + n + " " for t, n in zip(pieces[0::3], pieces[1::3], strict=False)]
     base = [float(v) for v in pieces[2::3]]
     out = []
@@ -74,12 +85,38 @@ def variants(count: int = VARIANTS) -> list[bytes]:
     return out
 
 
+_FILTER = b"name%5B%5D="
+
+
+class Responses:
+    """A pod's page variants as it answers a request: whole, or restricted to the request's
+    ``name[]`` samples as prometheus_client does (made once per distinct filter)."""
+
+    def __init__(self, count: int = VARIANTS) -> None:
+        self.count = count
+        self.whole = variants(count)
+        self._filtered: dict[bytes, list[bytes]] = {}
+
+    def to(self, head: bytes) -> list[bytes]:
+        """The variants answering the request whose head (request line first) is ``head``."""
+        line = head[: head.find(b"\r\n")]
+        at = line.find(_FILTER)
+        if at < 0:
+            return self.whole
+        key = line[at : line.rfind(b" ")]  # the filter, the same for every pod
+        got = self._filtered.get(key)
+        if got is None:
+            names = parse_qs(key.decode("latin1")).get("name[]", [])
+            got = self._filtered[key] = variants(self.count, names)
+        return got
+
+
 class _Pod(asyncio.Protocol):
     """Answers every GET on a kept-alive connection with the next page variant: after the
     last one, the first again (``wrap``: counters go back, as on a restarted pod) or the
     last one again (counters stop)."""
 
-    def __init__(self, responses: list[bytes], wrap: bool = True) -> None:
+    def __init__(self, responses: Responses, wrap: bool = True) -> None:
         self.responses = responses
         self.wrap = wrap
         self.sent = 0
@@ -93,19 +130,18 @@ class _Pod(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            responses = self.responses.to(self.buffer[:end])
             self.buffer = self.buffer[end + 4 :]
             assert self.transport is not None
-            n = len(self.responses)
-            self.transport.write(
-                self.responses[self.sent % n if self.wrap else min(self.sent, n - 1)]
-            )
+            n = len(responses)
+            self.transport.write(responses[self.sent % n if self.wrap else min(self.sent, n - 1)])
             self.sent += 1
 
 
 def serve(port_queue: multiprocessing.Queue[int], n_servers: int) -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {1})  # the pods: the other core
-    responses = variants()
+    responses = Responses()
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -117,8 +153,10 @@ def serve(port_queue: multiprocessing.Queue[int], n_servers: int) -> None:
     asyncio.run(run())
 
 
-async def measure(ports: list[int], pods: int, ticks: int) -> dict[str, Any]:
-    """One worker's numbers: CPU us per GET alone and per whole scrape."""
+async def measure(ports: list[int], pods: int, ticks: int, whole: bool) -> dict[str, Any]:
+    """One worker's numbers: CPU us per GET alone and per whole scrape (``whole``: with
+    ``filter_families`` off)."""
+    from autoscaler.metrics import engines
     from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
     from autoscaler.metrics.source import PodEndpoint
 
@@ -126,7 +164,11 @@ async def measure(ports: list[int], pods: int, ticks: int) -> dict[str, Any]:
         PodEndpoint(f"pod-{i}", f"http://127.0.0.1:{ports[i % len(ports)]}/metrics?pod={i}")
         for i in range(pods)
     ]
-    source = PodScrapeSource(ScrapeConfig(timeout_s=5.0, max_concurrency=64))
+    extra = {"filter_families": False} if whole else {}
+    source = PodScrapeSource(ScrapeConfig(timeout_s=5.0, max_concurrency=64, **extra))
+    # the GET the scrape sends: filtered where the code filters (it has `request_query`)
+    query = getattr(engines.ADAPTERS["vllm"], "request_query", b"") if not whole else b""
+    fetch_args: tuple[bytes, ...] = (query,) if hasattr(engines.Adapter, "request_query") else ()
     now = 0.0
     out: dict[str, Any] = {"failures": 0}
     try:
@@ -144,7 +186,8 @@ async def measure(ports: list[int], pods: int, ticks: int) -> dict[str, Any]:
                     out["signals"] = len(reading.signals)
                 else:
                     bodies = await asyncio.gather(
-                        *(source._fetch(p) for p in endpoints), return_exceptions=True
+                        *(source._fetch(p, *fetch_args) for p in endpoints),
+                        return_exceptions=True,
                     )
                     out["failures"] += sum(not isinstance(b, bytes) for b in bodies)
             out[f"{kind}_cpu_s"] = time.process_time() - cpu0
@@ -167,7 +210,7 @@ def worker(args: argparse.Namespace) -> None:
         from autoscaler.commands.run import tune_gc
 
         tune_gc()
-    main = measure(ports, args.pods, args.ticks)
+    main = measure(ports, args.pods, args.ticks, args.whole)
     if args.loop == "uvloop":
         import uvloop
 
@@ -180,13 +223,19 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def _run_worker(
-    code: Path | None, loop: str, tuned: bool, ports: list[int], args: argparse.Namespace
+    code: Path | None,
+    loop: str,
+    tuned: bool,
+    whole: bool,
+    ports: list[int],
+    args: argparse.Namespace,
 ) -> Any:
     env = dict(os.environ)
     if code is not None:
         env["PYTHONPATH"] = str(code)
     cmd = [sys.executable, __file__, "--worker", "--loop", loop, "--pods", str(args.pods)]
     cmd += ["--tuned"] if tuned else []
+    cmd += ["--whole"] if whole else []
     cmd += ["--ticks", str(args.ticks), "--ports", ",".join(map(str, ports))]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     result = json.loads(out.strip().splitlines()[-1])
@@ -208,6 +257,7 @@ def main() -> None:
     parser.add_argument("--loop", default="asyncio", help=argparse.SUPPRESS)
     parser.add_argument("--ports", default="", help=argparse.SUPPRESS)
     parser.add_argument("--tuned", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--whole", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
@@ -229,12 +279,16 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             base_code = extract(base_rev, Path(tmp) / "base")
             cur_code = extract(args.current, Path(tmp) / "cur") if args.current else None
-            configs = [(f"baseline {base_rev}, asyncio", base_code, "asyncio", False)]
-            configs += [(f"{current}, {loop}", cur_code, loop, False) for loop in loops]
-            configs.append((f"{current}, {loops[-1]} + tune_gc (= run)", cur_code, loops[-1], True))
+            configs = [(f"baseline {base_rev}, asyncio", base_code, "asyncio", False, False)]
+            configs += [(f"{current}, {loop}", cur_code, loop, False, False) for loop in loops]
+            run = f"{current}, {loops[-1]} + tune_gc (= run)"
+            configs.append((run, cur_code, loops[-1], True, False))
+            configs.append((f"{run}, whole pages", cur_code, loops[-1], True, True))
             for _ in range(args.rounds):
-                for label, code, loop, tuned in configs:
-                    runs.setdefault(label, []).append(_run_worker(code, loop, tuned, ports, args))
+                for label, code, loop, tuned, whole in configs:
+                    runs.setdefault(label, []).append(
+                        _run_worker(code, loop, tuned, whole, ports, args)
+                    )
     finally:
         proc.terminate()
         proc.join(timeout=10)
@@ -242,7 +296,7 @@ def main() -> None:
     base_label = configs[0][0]
     rows = []
     for kind, title in (("get", "GET only"), ("scrape", "scrape: GET + parse + signals")):
-        for label, _, _, _ in configs:
+        for label, *_ in configs:
             cpu = [r[f"{kind}_cpu_s"] for r in runs[label]]
             wall = [r[f"{kind}_wall_s"] for r in runs[label]]
             base = [r[f"{kind}_cpu_s"] for r in runs[base_label]]
@@ -269,13 +323,13 @@ def main() -> None:
         "CPU of the worker process; vs baseline = median of per-round ratios (min-max)"
     )
     print(
-        f"{'row':72} {'CPU us/scrape':>13} {'vs baseline':>14} {'per CPU s':>9} "
+        f"{'row':84} {'CPU us/scrape':>13} {'vs baseline':>14} {'per CPU s':>9} "
         f"{'wall /s':>8} {'busy':>5} {'fail':>4} {'faults':>6}"
     )
     for r in rows:
         spread = f"{r['vs_baseline']:.2f}x ({r['vs_baseline_min']:.1f}-{r['vs_baseline_max']:.1f})"
         print(
-            f"{r['row']:72} {r['cpu_us_per_scrape']:13.1f} {spread:>14} "
+            f"{r['row']:84} {r['cpu_us_per_scrape']:13.1f} {spread:>14} "
             f"{r['scrapes_per_cpu_s']:9d} {r['scrapes_per_s_wall']:8d} "
             f"{r['core_busy']:5.0%} {r['failures']:4d} {r['minor_faults_per_scrape']:6.2f}"
         )

@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_scrape import _Pod, variants
+from bench_scrape import Responses, _Pod
 from fleet import pod_ip
 
 ROOT = Path(__file__).parents[1]
@@ -56,7 +56,7 @@ def proc_cpu_s(pid: int) -> float:
 def serve_pods(n: int, pages: int, ready: Any) -> None:
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        responses = variants(pages)
+        responses = Responses(pages)
         port = 0
         for g in range(n):
             server = await loop.create_server(lambda: _Pod(responses, False), pod_ip(g), port)

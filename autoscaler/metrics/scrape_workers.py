@@ -46,6 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+import autoscaler
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
 from autoscaler.metrics.source import PodEndpoint, TargetReading
 
@@ -57,6 +58,10 @@ MAX_WORKERS: Final = 64
 # The worker process's entry point (`serve_worker` with the GC pacer, in commands/ since
 # it composes this module with commands/gc_pacing.py).
 WORKER_MODULE: Final = "autoscaler.commands.scrape_worker"
+# The directory holding the `autoscaler` package this process imported: the worker runs
+# there, so ``-m`` (which puts the working directory first on sys.path) imports this same
+# package, not another copy in the caller's working directory.
+PACKAGE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(autoscaler.__file__)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +295,7 @@ class ScrapeWorkers:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=None,
+                cwd=PACKAGE_ROOT,
             )
         except OSError as err:
             self._exited(w, f"could not start: {err}")

@@ -242,6 +242,27 @@ async def test_an_answer_after_its_timeout_is_dropped_not_given_to_the_next_read
         await runner.cleanup()
 
 
+async def test_a_worker_runs_the_controllers_package_not_one_in_the_working_directory(
+    make_workers: Factory,
+    fleet: tuple[list[FakeVllm], dict[str, list[PodEndpoint]]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``python -m`` imports from the working directory first: a benchmark measuring an
+    older revision (its package on PYTHONPATH) from a checkout of a newer one once ran
+    the newer workers under the older controller."""
+    decoy = tmp_path / "autoscaler" / "commands"
+    decoy.mkdir(parents=True)
+    (tmp_path / "autoscaler" / "__init__.py").write_text("")
+    (decoy / "__init__.py").write_text("")
+    (decoy / "scrape_worker.py").write_text("raise SystemExit('the decoy ran')\n")
+    monkeypatch.chdir(tmp_path)
+    pods, endpoints = fleet
+    workers = make_workers()
+    reading = await workers.read(KEYS[0], endpoints[KEYS[0]], 1.0)
+    assert reading.pods_read == 2 and reading.errors == ()
+
+
 async def test_close_stops_every_worker_even_a_stopped_one(make_workers: Factory) -> None:
     workers = make_workers(worker=WorkerConfig(workers=3, close_timeout_s=0.5))
     await workers.start()

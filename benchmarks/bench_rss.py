@@ -898,7 +898,10 @@ def run_child(
         cmd.append("--trace")
     if args.census:
         cmd.append("--census")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    # in the measured tree: scrape workers (python -m) import from the working directory
+    # first (code before 61a04f9 does not choose their directory itself)
+    cwd = str(baseline or ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     if proc.returncode != 0:
         raise RuntimeError(f"child {variant} failed:\n{proc.stderr[-4000:]}")
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))

@@ -463,7 +463,10 @@ def _run_worker(
     cmd += ["--event-loop", args.event_loop, "--page-variants", str(args.page_variants)]
     cmd += ["--cluster-loop", args.cluster_loop]
     cmd += ["--scrape-workers", str(args.scrape_workers if workers is None else workers)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    # run in the measured tree: its scrape workers (python -m) import from the working
+    # directory first (code before 61a04f9 does not choose their directory itself)
+    cwd = str(code or ROOT)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, cwd=cwd)
     row: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     expected = str((code or ROOT) / "autoscaler")
     if row["code"] != expected:

@@ -466,7 +466,7 @@ def _run_worker(
     # run in the measured tree: its scrape workers (python -m) import from the working
     # directory first (code before 61a04f9 does not choose their directory itself)
     cwd = str(code or ROOT)
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, cwd=cwd)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, cwd=cwd).stdout
     row: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     expected = str((code or ROOT) / "autoscaler")
     if row["code"] != expected:

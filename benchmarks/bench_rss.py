@@ -250,18 +250,16 @@ class _Page:
 
     def to(self, head: bytes) -> _Page:
         """The page answering the request whose head (request line first) is ``head``."""
-        line = head[: head.find(b"\r\n")]
-        at = line.find(b"name%5B%5D=")
-        if at < 0:
+        from bench_scrape import filter_key, filter_names
+
+        key = filter_key(head)
+        if key is None:
             return self
-        key = line[at : line.rfind(b" ")]
         got = self._filtered.get(key)
         if got is None:
-            from urllib.parse import parse_qs
-
             from autoscaler.metrics.filtering import restrict_page
 
-            names = parse_qs(key.decode("latin1")).get("name[]", [])
+            names = filter_names(key)
             got = self._filtered[key] = _Page(restrict_page(PAGE, names))
         return got
 

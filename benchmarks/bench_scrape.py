@@ -88,6 +88,20 @@ def variants(count: int = VARIANTS, names: list[str] | None = None) -> list[byte
 _FILTER = b"name%5B%5D="
 
 
+def filter_key(head: bytes) -> bytes | None:
+    """The ``name[]`` filter of the request whose head (request line first) is ``head``:
+    its query text from the first ``name[]`` on, the same for every pod (a cache key);
+    None for a whole-page request."""
+    line = head[: head.find(b"\r\n")]
+    at = line.find(_FILTER)
+    return None if at < 0 else line[at : line.rfind(b" ")]
+
+
+def filter_names(key: bytes) -> list[str]:
+    """The sample names prometheus_client reads from a `filter_key`."""
+    return parse_qs(key.decode("latin1")).get("name[]", [])
+
+
 class Responses:
     """A pod's page variants as it answers a request: whole, or restricted to the request's
     ``name[]`` samples as prometheus_client does (made once per distinct filter)."""
@@ -99,14 +113,12 @@ class Responses:
 
     def to(self, head: bytes) -> list[bytes]:
         """The variants answering the request whose head (request line first) is ``head``."""
-        line = head[: head.find(b"\r\n")]
-        at = line.find(_FILTER)
-        if at < 0:
+        key = filter_key(head)
+        if key is None:
             return self.whole
-        key = line[at : line.rfind(b" ")]  # the filter, the same for every pod
         got = self._filtered.get(key)
         if got is None:
-            names = parse_qs(key.decode("latin1")).get("name[]", [])
+            names = filter_names(key)
             got = self._filtered[key] = variants(self.count, names)
         return got
 

@@ -128,11 +128,11 @@ class PodScrapeSource:
         ):
             return await self._get_and_read(pod, b"", previous, None)
         result = await self._get_and_read(pod, adapter.request_query, previous, adapter.engine)
-        if isinstance(result, str) or result.gauges or result.counters or result.histograms:
+        if isinstance(result, str) or _has_data(result):
             return result
         # none of the families asked for: a server that cannot filter (module doc)
         whole = await self._get_and_read(pod, b"", previous, None)
-        if not isinstance(whole, str) and (whole.gauges or whole.counters or whole.histograms):
+        if not isinstance(whole, str) and _has_data(whole):
             if len(self.unfiltered_pods) >= 65536:
                 self.unfiltered_pods.clear()
             self.unfiltered_pods.add(pod.url)
@@ -231,7 +231,7 @@ class PodScrapeSource:
         if engine != "auto" or previous is None:
             return read_snapshot(page, engine)
         snapshot = read_snapshot(page, previous.snapshot.engine)
-        if snapshot.gauges or snapshot.counters or snapshot.histograms:
+        if _has_data(snapshot):
             return snapshot
         return read_snapshot(page, "auto")
 
@@ -243,3 +243,8 @@ class PodScrapeSource:
         """Free the page client's receive buffers kept for reuse (between bursts of
         reads, e.g. a scrape worker once idle); bytes freed."""
         return self._http.release_buffers() if self._http is not None else 0
+
+
+def _has_data(snapshot: EngineSnapshot) -> bool:
+    """Whether the page held any family the adapter reads."""
+    return bool(snapshot.gauges or snapshot.counters or snapshot.histograms)

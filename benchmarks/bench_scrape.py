@@ -178,9 +178,10 @@ async def measure(ports: list[int], pods: int, ticks: int, whole: bool) -> dict[
     ]
     extra = {"filter_families": False} if whole else {}
     source = PodScrapeSource(ScrapeConfig(timeout_s=5.0, max_concurrency=64, **extra))
-    # the GET the scrape sends: filtered where the code filters (it has `request_query`)
-    query = getattr(engines.ADAPTERS["vllm"], "request_query", b"") if not whole else b""
-    fetch_args: tuple[bytes, ...] = (query,) if hasattr(engines.Adapter, "request_query") else ()
+    # the GET the scrape sends: filtered where the code filters (it has `request_query`;
+    # code before it has a one-argument `_fetch`)
+    query: bytes | None = getattr(engines.ADAPTERS["vllm"], "request_query", None)
+    fetch_args: tuple[bytes, ...] = () if query is None else (b"" if whole else query,)
     now = 0.0
     out: dict[str, Any] = {"failures": 0}
     try:

@@ -6,7 +6,7 @@ parameter with only the samples of those names (`CollectorRegistry.restricted_re
 the family's ``# HELP``/``# TYPE`` lines and its samples of a listed name; a family with
 no such sample is left out whole. A vLLM V1 0.10 page is 46 kB, of which the families
 the vLLM adapter reads are 10 kB: the pod renders, sends and we parse a fifth of it
-(docs/scale.md, "filtered pages").
+(docs/metrics.md, "Filtered pages").
 
 The request names *samples*, not families: a counter ``x`` is ``x_total``, a histogram
 ``x`` is ``x_bucket``, ``x_sum`` and ``x_count`` (prometheus_client compares each
@@ -18,8 +18,8 @@ collector has no names to look up) is detected by the scraper, which then reads 
 pod's whole page (`pod_scrape.PodScrapeSource`).
 
 `restrict_page` is the same rule applied to a page's text: what such a server answers,
-for the emulator and the test and benchmark pods (tests check it byte for byte against
-prometheus_client's own output).
+for the test and benchmark pods (tests check it against prometheus_client's own output,
+family by family: prometheus_client sends its families in an order of its own).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from autoscaler.commands import glibc
 from autoscaler.commands.gc_pacing import BACKSTOP_THRESHOLDS, GcPacer
 from autoscaler.errors import AutoscalerError
 from autoscaler.settings import Settings
@@ -120,7 +121,9 @@ def loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop
 
 
 def run_loop(main: Coroutine[Any, Any, _T], choice: str = "auto") -> _T:
-    """``asyncio.run(main)`` on the chosen event loop."""
+    """``asyncio.run(main)`` on the chosen event loop, malloc limited to one arena first
+    (`glibc.limit_malloc_arenas`: before the loop starts any thread)."""
+    glibc.limit_malloc_arenas()
     with asyncio.Runner(loop_factory=loop_factory(choice)) as runner:
         return runner.run(main)
 
@@ -157,19 +160,10 @@ def release_free_memory() -> bool:
     are not affected). False where the C library is not glibc (musl, macOS)."""
     global _malloc_trim
     if _malloc_trim is None:
-        import ctypes
-
-        try:
-            trim = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _malloc_trim = False
-            return False
-        trim.argtypes = [ctypes.c_size_t]
-        trim.restype = ctypes.c_int
-        _malloc_trim = trim
+        _malloc_trim = glibc.malloc_trim() or False
     if _malloc_trim is False:
         return False
-    _malloc_trim(0)
+    _malloc_trim()
     return True
 
 

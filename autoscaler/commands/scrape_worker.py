@@ -22,23 +22,11 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from autoscaler.commands import glibc
 from autoscaler.commands.gc_pacing import BACKSTOP_THRESHOLDS, GcPacer
 from autoscaler.metrics.scrape_workers import serve_worker
 
 TRIM_PERIOD_S: Final = 60.0  # as the controller's (commands/run.py)
-
-
-def glibc_malloc_trim() -> Callable[[], object] | None:
-    """glibc's ``malloc_trim(0)`` as a call, None where the C library is not glibc."""
-    import ctypes
-
-    try:
-        trim = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return lambda: trim(0)
 
 
 class IdleTrim:
@@ -71,11 +59,12 @@ class IdleTrim:
 
 
 def main(argv: list[str]) -> int:
+    glibc.limit_malloc_arenas()  # as the controller (`commands.run.run_loop`)
     gc.collect()
     gc.freeze()
     gc.set_threshold(*BACKSTOP_THRESHOLDS)
     pacer = GcPacer()
-    trim = IdleTrim(glibc_malloc_trim())
+    trim = IdleTrim(glibc.malloc_trim())
     trim()  # the start-up's free pages
 
     def idle() -> None:

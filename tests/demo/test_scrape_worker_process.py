@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.commands.scrape_worker import IdleTrim, glibc_malloc_trim
+from autoscaler.commands.glibc import malloc_trim as glibc_malloc_trim
+from autoscaler.commands.scrape_worker import IdleTrim
 from autoscaler.metrics.pod_scrape import ScrapeConfig
 from autoscaler.metrics.scrape_workers import _frame, serve_pipes
 from tests.metrics.vllm_pods import FakeVllm, start_pods

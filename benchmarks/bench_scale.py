@@ -532,7 +532,8 @@ def compare_workers(args: argparse.Namespace) -> None:
         }
     document["machine"]["load_after"] = os.getloadavg()
     document["markdown"] = markdown
-    out = RESULTS.with_name(args.out or f"scale_workers_k{k1}_vs_k{k2}.json")
+    name = args.out or f"scale_workers_k{k1}_vs_k{k2}.json"
+    out = Path(name) if os.sep in name else RESULTS.with_name(name)  # a path, or a name there
     out.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote {out}", file=sys.stderr)
 
@@ -603,7 +604,11 @@ def main() -> None:
         help="this tree with K1 then K2 scrape workers, alternately in fresh processes, "
         "--rounds times each (writes benchmarks/results/scale_workers_k<K1>_vs_k<K2>.json)",
     )
-    parser.add_argument("--out", default=None, help="with --compare-workers: the JSON name")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="with --compare-workers: the JSON name in benchmarks/results/, or a path",
+    )
     parser.add_argument(
         "--cluster-loop",
         default="uvloop",

@@ -8,10 +8,11 @@ library is glibc (elsewhere, musl or macOS, each is a no-op that says so).
   a freed chunk stays in its arena: the threads that build the controller's /metrics page
   (1.8 MB at 1,000 targets) and run `asyncio.to_thread` work left ~10 MB free and
   unreturnable there, `malloc_trim` included. Side by side at 1,000 targets
-  (benchmarks/bench_rss.py, docs/scale.md "Memory"): one process 298.9 -> 290.5 MB,
+  (benchmarks/bench_rss.py, docs/scale.md "Session 6"): one process 298.9 -> 290.5 MB,
   with 2 scrape workers the controller 245.4 -> 233.6 MB. The threads allocate little
-  and seldom, so sharing one arena's lock costs nothing measurable. A user's own
-  ``MALLOC_ARENA_MAX`` (read by glibc at start) is left as set.
+  and seldom, so sharing one arena's lock should cost little; its CPU has not been
+  measured side by side yet. A user's own ``MALLOC_ARENA_MAX`` (read by glibc at start)
+  is left as set.
 """
 
 from __future__ import annotations

@@ -14,13 +14,19 @@ the SLO counts only when the queue signal (``waiting``) shows queued requests; w
 that reading (missing, never zero) the tick counts as before.
 
 Memory (issue 16): each book (`Book`) holds its up to ``window`` samples once, sorted
-(``array('d')``, what a quantile reads), each with its arrival number beside it
-(``array('H')``, 2 bytes, modulo 65,536): 10 bytes per sample, where the book in arrival
-order plus its sorted copy took 16 and a tuple of Python floats with its sorted list ~40.
-The oldest sample is the one whose number is the book's end minus its length, found by a
-C scan of the numbers. A state transition copies the books it changes (two memcpy) and
-never mutates a buffer an older state holds, so earlier states stay valid (they may be
-kept and compared).
+(``array('f')``, what a quantile reads), each with its arrival number beside it
+(``array('H')``, 2 bytes, modulo 65,536): 6 bytes per sample, where a float64 book took
+10, the book in arrival order plus its sorted copy 16 and a tuple of Python floats with
+its sorted list ~40. A sample is kept as float32: rounded to 24 significant bits
+(relative error <= 2**-24, ~6e-8), far finer than any per-replica load is measured, so
+the learned capacities move in their 8th digit and no decision changes (the control
+loop's recorded scale writes and warm-pool sizes are the same, tests/control/
+test_loop_golden.py). A sample outside float32's normal range (over ~3.4e38, or under
+~1.2e-38 and not zero) widens its book to float64 for good, so no sample overflows to
+inf or loses its digits. The oldest sample is the one whose number is the book's end
+minus its length, found by a C scan of the numbers. A state transition copies the books
+it changes (two memcpy) and never mutates a buffer an older state holds, so earlier
+states stay valid (they may be kept and compared).
 """
 
 from __future__ import annotations
@@ -199,6 +205,7 @@ class CapacityEstimator:
 
 
 _isfinite = math.isfinite
+_ROUND = array("f", [0.0])  # rounds a float to float32 (one slot, written then read)
 _NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}  # one tuple per set of signal names
 
 
@@ -214,13 +221,22 @@ def _ordered(book: Sequence[float]) -> Sequence[float]:
 
 
 _MAX_SEQ = 1 << 16  # arrival numbers are kept modulo this ('H'); larger windows use 'Q'
+_F32_MAX = (2.0 - 2.0**-23) * 2.0**127  # the largest finite float32
+_F32_TINY = 2.0**-126  # the smallest normal float32
+
+
+def _narrow(value: float) -> bool:
+    """Whether a float32 keeps ``value`` to 24 significant bits (zero, or normal range)."""
+    magnitude = abs(value)
+    return magnitude == 0.0 or _F32_TINY <= magnitude <= _F32_MAX
 
 
 class Book(Sequence[float]):
     """The last ``window`` samples of one signal: a read-only sequence in arrival order,
-    stored sorted (``ordered``) with each sample's arrival number (``seqs``, modulo
-    ``_MAX_SEQ`` or 2**64) beside it; ``end`` is the number the next sample gets.
-    Never mutated once built: `appended` returns a new book."""
+    stored sorted (``ordered``: float32, or float64 once a sample needed it) with each
+    sample's arrival number (``seqs``, modulo ``_MAX_SEQ`` or 2**64) beside it; ``end``
+    is the number the next sample gets. A sample reads back as stored (rounded to
+    float32 in a float32 book). Never mutated once built: `appended` returns a new book."""
 
     __slots__ = ("end", "ordered", "seqs")
 
@@ -232,7 +248,7 @@ class Book(Sequence[float]):
     @staticmethod
     def of(samples: Sequence[float], window: int) -> Book:
         """A book of ``samples`` (arrival order), its oldest dropped to hold ``window``."""
-        book = Book(array("d"), array("H" if window < _MAX_SEQ else "Q"), 0)
+        book = Book(array("f"), array("H" if window < _MAX_SEQ else "Q"), 0)
         for value in samples:
             book = book.appended(value, window)
         return book
@@ -243,9 +259,16 @@ class Book(Sequence[float]):
     def appended(self, added: float, window: int) -> Book:
         """A new book: this one + ``added``, its oldest samples dropped to hold ``window``.
         The sorted samples come out as deleting the leftmost equal sample and inserting
-        right of the equal ones gave (what the sorted list gave), bit for bit: equal
-        floats are the same bits except 0.0 and -0.0, and those are deleted leftmost."""
+        right of the equal ones gave (what the sorted list of the stored values gave),
+        bit for bit: equal floats are the same bits except 0.0 and -0.0, and those are
+        deleted leftmost."""
         ordered = self.ordered.__copy__()  # exact size
+        if ordered.typecode == "f":
+            if _narrow(added):
+                _ROUND[0] = added
+                added = _ROUND[0]  # as stored: bisect and delete see the same value
+            else:
+                ordered = array("d", ordered)  # for good: the values as stored so far
         seqs = self.seqs.__copy__()
         modulus = self._modulus()
         excess = len(ordered) + 1 - window

@@ -1,7 +1,13 @@
 """The control loop's decisions, warm-pool sizes, scale writes and /metrics series are
 bit-for-bit those recorded before the per-tick CPU work of issue 16 (planner, decide,
 controller metrics, loop): speed changes may not change what the controller decides or
-exports. Recorded with ``.venv/bin/python -m tests.forecast.golden``."""
+exports. Recorded with ``.venv/bin/python -m tests.forecast.golden``.
+
+Re-recorded once on purpose (2026-12-03): the capacity books now keep their samples as
+float32 (`autoscaler/forecast/capacity.py`). Compared tick by tick with the recording
+before: the same 31 scale writes and warm-pool sizes, every decision's replicas, reasons
+and messages the same; only the learned capacity numbers (and the metric targets made
+from them) moved, by at most 3.1e-8 relative."""
 
 from __future__ import annotations
 

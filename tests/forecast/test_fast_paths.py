@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 import random
 import struct
 import subprocess
@@ -129,23 +130,35 @@ def test_older_capacity_states_keep_their_books_when_newer_ones_observe() -> Non
         assert state.capacity("running") == float(np.quantile(kept, 0.9))
 
 
+def _as_float32(value: float) -> float:
+    return float(struct.unpack("<f", struct.pack("<f", value))[0])
+
+
 @pytest.mark.parametrize("window", [1, 3, 25])
+@pytest.mark.parametrize("wide_pool", [False, True])
 def test_a_book_keeps_the_window_in_arrival_order_and_sorted_as_the_lists_did(
-    window: int,
+    window: int, wide_pool: bool
 ) -> None:
     # The reference is the previous structure: the window in arrival order and its sorted
-    # copy kept by deleting the leftmost equal sample and inserting right of the equal ones.
+    # copy kept by deleting the leftmost equal sample and inserting right of the equal
+    # ones, of the values as stored: float32-rounded until a value outside float32's
+    # normal range (1e-300, 1e300) arrives, then every later one exactly.
     rng = random.Random(window)
-    pool = [0.0, -0.0, 1.5, 2.25, 1e-300, 7.0, 1e300]
+    pool = [0.0, -0.0, 1.5, 2.25, 7.0, 0.1, 3.4e38, -1.2e-38]
+    if wide_pool:
+        pool += [1e-300, 1e300]
     book = Book.of((), window)
     arrival: list[float] = []
     ordered: list[float] = []
+    wide = False
     for _ in range(400):
         value = rng.choice(pool) if rng.random() < 0.5 else rng.uniform(0.0, 10.0)
+        wide = wide or value in (1e-300, 1e300)
+        stored = value if wide else _as_float32(value)
         older, before = book, list(book)
         book = book.appended(value, window)
-        arrival.append(value)
-        ordered.insert(bisect.bisect_right(ordered, value), value)
+        arrival.append(stored)
+        ordered.insert(bisect.bisect_right(ordered, stored), stored)
         if len(arrival) > window:
             gone = arrival.pop(0)
             del ordered[bisect.bisect_left(ordered, gone)]
@@ -153,8 +166,29 @@ def test_a_book_keeps_the_window_in_arrival_order_and_sorted_as_the_lists_did(
             struct.pack("<d", v) for v in ordered
         ]  # bit for bit, the sign of zero included
         assert list(book) == arrival and len(book) == len(arrival)
-        assert book[-1] == value and book[0] == arrival[0]
+        assert book[-1] == stored and book[0] == arrival[0]
         assert list(older) == before  # an older state keeps its book
+        assert book.ordered.itemsize == (8 if wide else 4)
+
+
+def test_a_book_stores_4_bytes_per_sample_within_float32_s_rounding() -> None:
+    rng = random.Random(16)
+    values = [rng.uniform(0.0, 5000.0) for _ in range(600)]
+    book = Book.of(values, 600)
+    assert book.ordered.itemsize == 4 and book.seqs.itemsize == 2
+    for got, value in zip(book, values, strict=True):
+        assert got == _as_float32(value)
+        assert abs(got - value) <= abs(value) * 2.0**-24
+    assert sum(1 for got, value in zip(book, values, strict=True) if got != value) > 500
+
+
+def test_a_sample_outside_float32_s_range_widens_its_book_and_is_kept_exactly() -> None:
+    for far in (1e39, -1e39, 1e-39, 1e-310):
+        book = Book.of([0.1, 2.5], 4).appended(far, 4)
+        assert book.ordered.itemsize == 8
+        assert list(book) == [_as_float32(0.1), 2.5, far]  # earlier ones as stored
+        assert math.isfinite(book[-1]) and book[-1] != 0.0
+        assert list(book.appended(0.1, 4))[-1] == 0.1  # wide for good: exact from then on
 
 
 def test_a_book_s_arrival_numbers_wrap_around_without_losing_the_order() -> None:

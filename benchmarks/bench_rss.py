@@ -198,19 +198,25 @@ def group_resident_mb(pids: Sequence[int]) -> float | None:
     return None if out is None else float(out)
 
 
-def processes_mb(worker_pids: Sequence[int | None]) -> dict[str, Any]:
-    """The controller's and each scrape worker's RSS and PSS, their sums, and the
-    group's resident memory with each shared page counted once (``group_rss``, MB)."""
+def processes_mb(
+    worker_pids: Sequence[int | None], reaper_pids: Sequence[int] = ()
+) -> dict[str, Any]:
+    """The controller's, each scrape worker's and each workers' reaper's RSS and PSS,
+    their sums, and the group's resident memory with each shared page counted once
+    (``group_rss``, MB)."""
     rows: dict[str, dict[str, float]] = {"controller": proc_mb()}
     for i, pid in enumerate(worker_pids):
         if pid is None:
             raise RuntimeError(f"scrape worker {i} is down: no memory to measure")
         rows[f"worker {i}"] = proc_mb(pid)
+    for i, pid in enumerate(reaper_pids):
+        rows[f"reaper {i}"] = proc_mb(pid)
     out: dict[str, Any] = dict(rows)
     for key in ("rss", "pss"):
         if all(key in r for r in rows.values()):
             out[f"sum_{key}"] = sum(r[key] for r in rows.values())
-    group = group_resident_mb([os.getpid(), *(pid for pid in worker_pids if pid is not None)])
+    pids = [*(pid for pid in worker_pids if pid is not None), *reaper_pids]
+    group = group_resident_mb([os.getpid(), *pids])
     if group is not None:
         out["group_rss"] = group
     return out
@@ -696,6 +702,8 @@ async def child(
     source = ctl.loop.signals.source  # type: ignore[attr-defined]
     workers = settings.scrape_workers
     worker_pids = source.pids if workers else list  # ScrapeWorkers: each worker's pid
+    # and the workers' reaper (older revisions: none, each worker its parent's child)
+    reaper_pids = getattr(source, "reaper_pids", list) if workers else list
     processes: dict[str, dict[str, Any]] = {}
     if workers:  # up now rather than on the first read, so every phase measures them
         await source.start()
@@ -703,7 +711,7 @@ async def child(
     def mark(name: str) -> None:
         gc.collect()
         rss[name] = rss_mb()
-        processes[name] = processes_mb(worker_pids())
+        processes[name] = processes_mb(worker_pids(), reaper_pids())
         if trace:
             current, peak = tracemalloc.get_traced_memory()
             phase_peak[name] = peak / 2**20
@@ -817,8 +825,8 @@ async def child(
     else:
         out["allocator_mb"] = allocator_stats()
         out["trimmed"] = malloc_trim()
-        rss["after_malloc_trim"] = rss_mb()
-        processes["after_malloc_trim"] = processes_mb(worker_pids())  # the controller's trim
+        rss["after_malloc_trim"] = rss_mb()  # the controller's trim
+        processes["after_malloc_trim"] = processes_mb(worker_pids(), reaper_pids())
         out["allocator_after_trim_mb"] = allocator_stats()
         out["components_mb"] = components(ctl, source)  # after: the walk allocates
         out["everything_else_by_type_mb"] = dict(REST_BY_TYPE)

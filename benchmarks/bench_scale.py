@@ -179,10 +179,12 @@ def rss_pss_mb(pid: int | str = "self") -> tuple[float, float]:
 
 
 def _worker_pids(ctl: Any) -> list[int]:
-    """The controller's scrape worker processes (none in-process or on older code)."""
+    """The controller's scrape worker processes and their reapers (none in-process; no
+    reaper on older code)."""
     source = getattr(getattr(ctl.loop, "signals", None), "source", None)
     pids = getattr(source, "pids", None)
-    return [p for p in pids() if p is not None] if callable(pids) else []
+    reapers = getattr(source, "reaper_pids", list)
+    return [*(p for p in pids() if p is not None), *reapers()] if callable(pids) else []
 
 
 async def measure(

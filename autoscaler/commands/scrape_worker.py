@@ -1,6 +1,13 @@
-"""A scrape worker process (`metrics/scrape_workers.py`), not a CLI subcommand:
-``python -m autoscaler.commands.scrape_worker CONFIG_JSON LOOP HEARTBEAT_S``, started by
-the controller's `ScrapeWorkers`.
+"""Scrape worker processes (`metrics/scrape_workers.py`), not a CLI subcommand:
+``python -m autoscaler.commands.scrape_worker CONFIG_JSON LOOP HEARTBEAT_S --fork IN:OUT
+...``, started by the controller's `ScrapeWorkers`, is a launcher: it imports the scrape
+path once, freezes it out of the collector's sight, forks one worker per ``IN:OUT`` pair
+of pipe ends (the worker's stdin and stdout, inherited from the controller) and then
+becomes the workers' reaper (`scrape_reaper.py`, exec'd: the launcher's own heap goes).
+The workers share the import heap copy-on-write: at K=2, 500 targets x 8 pods each, the
+pair plus the reaper hold ~12 MB less than two interpreters started each on its own
+(docs/scale.md, "Session 8"). Without ``--fork`` the process is one worker on its own
+stdin and stdout.
 
 Its cyclic GC is paced as the controller's is (`gc_pacing.GcPacer`), here between bursts
 of reads instead of between ticks: with 500 targets x 8 pods in flight a 50,000 young
@@ -17,8 +24,11 @@ idle (`serve_pipes`), so a trim finds them free.
 from __future__ import annotations
 
 import gc
+import os
+import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from typing import Final
 
@@ -27,6 +37,7 @@ from autoscaler.commands.gc_pacing import BACKSTOP_THRESHOLDS, GcPacer
 from autoscaler.metrics.scrape_workers import serve_worker
 
 TRIM_PERIOD_S: Final = 60.0  # as the controller's (commands/run.py)
+REAPER: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scrape_reaper.py")
 
 
 class IdleTrim:
@@ -58,7 +69,51 @@ class IdleTrim:
         return True
 
 
+def launch(argv: list[str], pairs: list[tuple[int, int]]) -> int:
+    """Fork one worker per (stdin, stdout) pair, report ``pid INDEX PID`` lines on stdout,
+    then exec the reaper; never returns unless the exec fails."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the controller stops us
+    glibc.limit_malloc_arenas()  # before the fork: the workers inherit it
+    gc.collect()
+    gc.freeze()  # the shared heap: no collection in a worker writes to its pages
+    fds = {fd for pair in pairs for fd in pair}
+    pids: list[int] = []
+    for index, (in_fd, out_fd) in enumerate(pairs):
+        pid = os.fork()
+        if pid == 0:  # the worker: its pipes as stdin and stdout, nobody else's ends
+            code = 70
+            try:
+                os.dup2(in_fd, 0)
+                os.dup2(out_fd, 1)
+                for fd in fds:
+                    os.close(fd)
+                code = main(argv)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        pids.append(pid)
+        os.write(1, f"pid {index} {pid}\n".encode())
+    for fd in fds:
+        os.close(fd)  # EOF for a worker comes from the controller alone
+    os.execv(sys.executable, [sys.executable, "-I", "-S", REAPER, *map(str, pids)])
+    return 70  # not reached: execv raises when it fails
+
+
+def _pairs(specs: list[str]) -> list[tuple[int, int]]:
+    pairs = []
+    for spec in specs:
+        in_fd, sep, out_fd = spec.partition(":")
+        if not (sep and in_fd.isdigit() and out_fd.isdigit()):
+            raise SystemExit(f"--fork {spec!r}: must be IN:OUT file descriptors")
+        pairs.append((int(in_fd), int(out_fd)))
+    return pairs
+
+
 def main(argv: list[str]) -> int:
+    if "--fork" in argv:
+        at = argv.index("--fork")
+        return launch(argv[:at], _pairs(argv[at + 1 :]))
     glibc.limit_malloc_arenas()  # as the controller (`commands.run.run_loop`)
     gc.collect()
     gc.freeze()

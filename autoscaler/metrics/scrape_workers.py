@@ -13,12 +13,19 @@ same `ScrapeConfig` on its own event loop (uvloop when the controller runs on it
   (one write per worker per iteration, each side); a read sends ``(id, key, now, pods)``
   with the target's pod list only when it changed since the last one sent to that worker,
   and gets back the `TargetReading`'s fields;
-- the child is a fresh interpreter (``python -m autoscaler.commands.scrape_worker``,
-  started by fork+exec as multiprocessing's ``spawn`` does, but without re-importing the
-  parent's ``__main__``): it imports the scrape path only (~25 MB RSS, ~16 MB PSS idle),
-  and runs its cyclic GC's young collections when no read is in flight (`GcPacer`).
+- the workers come from one launcher, a fresh interpreter (``python -m
+  autoscaler.commands.scrape_worker ... --fork IN:OUT ...``, never the controller's
+  ``__main__``) that imports the scrape path only (~26 MB RSS, ~16 MB of it private),
+  freezes it, forks one worker per pipe pair and then execs itself into the workers'
+  reaper (`commands/scrape_reaper.py`, standard library only): the workers share the
+  import heap copy-on-write (side by side at K=2: ~12 MB less for the group,
+  docs/scale.md), and the reaper tells this process each one's exit code (``exit PID
+  CODE``) and kills one on request (``kill PID``), so a PID is never killed once reused.
+  A restarted worker comes from a launcher of its own. Each worker runs its cyclic GC's
+  young collections when no read is in flight (`GcPacer`).
 
-Faults (missing data is never zero): a worker that exits, or sends nothing (not even its
+Faults (missing data is never zero): a worker that exits (its reaper gone too: killed,
+its exit code unknown), or sends nothing (not even its
 heartbeat, every ``heartbeat_s``) for ``hang_after_s`` and is then killed, fails its
 targets' reads in flight and until it is back as errors naming the worker and its exit
 code (``pods_read`` 0, no signals: the core holds); it is restarted after a backoff
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import marshal
 import os
@@ -170,15 +178,89 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
+class _WorkerOutput(asyncio.Protocol):
+    """A worker's stdout, as the main process reads it: frames of answers. Its end (EOF)
+    says nothing about how the worker ended: its reaper's ``exit`` line does."""
+
+    def __init__(self, worker: _Worker) -> None:
+        self.worker = worker
+
+    def data_received(self, data: bytes) -> None:
+        w = self.worker
+        w.inbox += data
+        w.owner._received(w, _frames(w.inbox))
+
+
 @dataclass(eq=False)
-class _Worker(asyncio.SubprocessProtocol):
-    """One child process as the main process sees it (its pipes' protocol too)."""
+class _Launch(asyncio.SubprocessProtocol):
+    """One launcher process (then the reaper of the workers it forked), as the main
+    process sees it: ``pid INDEX PID`` and ``exit PID CODE`` lines on its stdout, ``kill
+    PID`` lines to its stdin."""
+
+    owner: ScrapeWorkers
+    workers: list[_Worker]
+    transport: asyncio.SubprocessTransport | None = None
+    lines: bytearray = field(default_factory=bytearray)
+    by_pid: dict[int, _Worker] = field(default_factory=dict)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if fd != 1:
+            return
+        self.lines += data
+        *whole, rest = self.lines.split(b"\n")
+        self.lines = bytearray(rest)
+        for line in whole:
+            verb, *args = line.split()
+            if verb == b"pid" and len(args) == 2:
+                index, pid = int(args[0]), int(args[1])
+                w = self.workers[index]
+                if w.launch is self:
+                    w.pid = pid
+                    self.by_pid[pid] = w
+            elif verb == b"exit" and len(args) == 2:
+                gone = self.by_pid.pop(int(args[0]), None)
+                if gone is not None and gone.launch is self:
+                    self.owner._exited(gone, f"exited with {_exit_text(int(args[1]))}")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Gone, and every line it wrote was read: a worker of this launch it did not
+        report is gone with it (a launcher that failed before forking, or a reaper
+        killed), its exit code unknown."""
+        code = self.transport.get_returncode() if self.transport is not None else None
+        for w in self.workers:
+            if w.launch is self:
+                if w.pid is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(w.pid, signal.SIGKILL)  # never a worker left unwatched
+                self.owner._exited(
+                    w, f"exited (exit code unknown: its launcher {_exit_text(code)})"
+                )
+        if self.transport is not None:
+            self.transport.close()
+        self.owner._launches.discard(self)
+        self.done.set()
+
+    def kill(self, pid: int) -> bool:
+        """Ask the reaper to SIGKILL ``pid`` (only it knows the PID was not reused)."""
+        pipe: Any = self.transport.get_pipe_transport(0) if self.transport else None
+        if pipe is None or pipe.is_closing():
+            return False
+        pipe.write(f"kill {pid}\n".encode())
+        return True
+
+
+@dataclass(eq=False)
+class _Worker:
+    """One worker process as the main process sees it."""
 
     index: int
     owner: ScrapeWorkers
     state: str = "down"  # down (restart pending) | starting | up | closed
     pid: int | None = None
-    transport: asyncio.SubprocessTransport | None = None
+    launch: _Launch | None = None
+    writer: Any = None  # its stdin's write transport (uvloop's is no asyncio subclass)
+    reader: asyncio.BaseTransport | None = None
     outbox: _Outbox | None = None
     inbox: bytearray = field(default_factory=bytearray)
     pending: dict[int, _Pending] = field(default_factory=dict)
@@ -195,17 +277,6 @@ class _Worker(asyncio.SubprocessProtocol):
     restarts: int = 0
     _watch: asyncio.TimerHandle | None = None
     _restart: asyncio.TimerHandle | None = None
-
-    # -- asyncio.SubprocessProtocol ------------------------------------------------------
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd != 1:
-            return
-        self.inbox += data
-        self.owner._received(self, _frames(self.inbox))
-
-    def process_exited(self) -> None:
-        code = self.transport.get_returncode() if self.transport is not None else None
-        self.owner._exited(self, f"exited with {_exit_text(code)}")
 
     # -- helpers ---------------------------------------------------------------------------
     def name(self) -> str:
@@ -237,6 +308,7 @@ class ScrapeWorkers:
         self._closed = False
         self._started = False
         self.stale_responses = 0  # answers that came after their request timed out
+        self._launches: set[_Launch] = set()
         self._state_event = asyncio.Event()
 
     def _changed(self) -> None:
@@ -269,48 +341,84 @@ class ScrapeWorkers:
         are then errors until a restart succeeds)."""
         if not self._started:
             self._started = True
-            for w in self._workers:
-                self._spawn(w)
+            self._spawn(*self._workers)
         await asyncio.gather(*(self._await_ready(w) for w in self._workers))
 
-    def _spawn(self, w: _Worker) -> None:
+    def _spawn(self, *workers: _Worker) -> None:
+        """Start ``workers`` from one launcher: forked from it, they share its imports."""
         if self._closed:
             return
-        w.state = "starting"
-        w.ready = self._loop.create_future()
-        w.exited = asyncio.Event()
-        w.inbox.clear()
-        w.sent.clear()
-        w.last_heard = self._loop.time()
-        w.killed_because = None
+        for w in workers:
+            w.state = "starting"
+            w.ready = self._loop.create_future()
+            w.exited = asyncio.Event()
+            w.inbox.clear()
+            w.sent.clear()
+            w.pid = None
+            w.last_heard = self._loop.time()
+            w.killed_because = None
+            self._schedule_watch(w)
         self._changed()
-        self._loop.create_task(self._exec(w), name=f"scrape-worker-{w.index}-start")
-        self._schedule_watch(w)
+        name = f"scrape-workers-{'-'.join(str(w.index) for w in workers)}-start"
+        self._loop.create_task(self._exec(list(workers)), name=name)
 
-    async def _exec(self, w: _Worker) -> None:
+    async def _exec(self, workers: list[_Worker]) -> None:
+        launch = _Launch(self, workers)
+        ends: list[
+            tuple[int, int]
+        ] = []  # ours per worker: (its stdin's write end, its stdout's read end)
+        theirs: list[int] = []
         try:
+            for _ in workers:
+                in_r, in_w = os.pipe()
+                theirs.append(in_r)
+                out_r, out_w = os.pipe()
+                theirs.append(out_w)
+                ends.append((in_w, out_r))
+            for w in workers:
+                w.launch = launch
+            pairs = [f"{theirs[2 * k]}:{theirs[2 * k + 1]}" for k in range(len(workers))]
             transport, _ = await self._loop.subprocess_exec(
-                lambda: w,
+                lambda: launch,
                 *self.command(),
+                "--fork",
+                *pairs,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=None,
                 cwd=PACKAGE_ROOT,
+                pass_fds=theirs,
             )
         except OSError as err:
-            self._exited(w, f"could not start: {err}")
+            for in_w, out_r in ends:
+                os.close(in_w)
+                os.close(out_r)
+            for w in workers:
+                w.launch = None
+                self._exited(w, f"could not start: {err}")
             return
-        w.transport = transport
-        w.pid = transport.get_pid()
-        try:
-            # uvloop's pipe transports are not asyncio.WriteTransport subclasses: duck-typed
-            stdin: Any = transport.get_pipe_transport(0)
-            w.outbox = _Outbox(self._loop, stdin.write)
-        except Exception as err:  # never a worker we cannot talk to
-            self._kill(w, f"stdin not usable: {err!r}")
-            return
-        if self._closed:
-            self._stop(w)
+        finally:
+            for fd in theirs:
+                os.close(fd)  # theirs now: EOF on a worker's stdin comes from us alone
+        launch.transport = transport
+        self._launches.add(launch)
+        for w, (in_w, out_r) in zip(workers, ends, strict=True):
+            try:
+                w.writer, _ = await self._loop.connect_write_pipe(
+                    asyncio.Protocol, os.fdopen(in_w, "wb", 0)
+                )
+                w.reader, _ = await self._loop.connect_read_pipe(
+                    functools.partial(_WorkerOutput, w), os.fdopen(out_r, "rb", 0)
+                )
+            except Exception as err:  # never a worker we cannot talk to
+                self._kill(w, f"pipes not usable: {err!r}")
+                continue
+            if w.launch is not launch:  # gone already
+                self._close_pipes(w)
+                continue
+            w.outbox = _Outbox(self._loop, w.writer.write)
+            if self._closed:
+                self._stop(w)
 
     async def _await_ready(self, w: _Worker) -> None:
         if w.ready is not None and not w.ready.done():
@@ -345,13 +453,23 @@ class ScrapeWorkers:
         self._schedule_watch(w)
 
     def _kill(self, w: _Worker, why: str) -> None:
-        """Kill a worker; its exit (process_exited) does the rest."""
+        """Kill a worker; its exit (its reaper's ``exit`` line) does the rest."""
         w.killed_because = why
-        if w.transport is not None:
-            with contextlib.suppress(ProcessLookupError):
-                w.transport.kill()
-        else:
+        if w.launch is not None and w.pid is not None:
+            if not w.launch.kill(w.pid):  # the reaper is gone: its end fails the worker
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(w.pid, signal.SIGKILL)
+        elif w.launch is None:
             self._exited(w, why)
+        elif w.launch.transport is not None:  # not forked yet: the launcher hangs
+            with contextlib.suppress(ProcessLookupError):
+                w.launch.transport.kill()  # its end fails its workers
+
+    def _close_pipes(self, w: _Worker) -> None:
+        for pipe in (w.writer, w.reader):
+            if pipe is not None:
+                pipe.close()
+        w.writer = w.reader = None
 
     def _exited(self, w: _Worker, how: str) -> None:
         now = self._loop.time()
@@ -364,9 +482,8 @@ class ScrapeWorkers:
         w.fail_pending(error)
         if w.ready is not None and not w.ready.done():
             w.ready.set_result(None)
-        if w.transport is not None:
-            w.transport.close()
-            w.transport = None
+        w.launch = None
+        self._close_pipes(w)
         w.outbox = None
         w.exited.set()
         if w._watch is not None:
@@ -488,13 +605,12 @@ class ScrapeWorkers:
             w.outbox.put((_FORGET, key))
 
     def _stop(self, w: _Worker) -> None:
-        if w.transport is not None:
-            pipe = w.transport.get_pipe_transport(0)
-            if pipe is not None:
-                pipe.close()  # EOF: the worker closes its source and exits
+        if w.writer is not None:
+            w.writer.close()  # EOF: the worker closes its source and exits
 
     async def close(self) -> None:
-        """Stop every worker: EOF on its stdin, killed after ``close_timeout_s``."""
+        """Stop every worker: EOF on its stdin, killed after ``close_timeout_s``; then
+        its reaper ends too."""
         self._closed = True
         for w in self._workers:
             if w._restart is not None:
@@ -504,18 +620,30 @@ class ScrapeWorkers:
             w.fail_pending("scrape workers closed")
             self._stop(w)
         live = [w for w in self._workers if w.state in ("starting", "up")]
-        if not live:
-            return
-        waits = [asyncio.ensure_future(w.exited.wait()) for w in live]
-        _, late = await asyncio.wait(waits, timeout=self.worker_config.close_timeout_s)
-        if late:
-            for w in live:
-                if not w.exited.is_set() and w.transport is not None:
-                    with contextlib.suppress(ProcessLookupError):
-                        w.transport.kill()
-            await asyncio.wait(late, timeout=self.worker_config.close_timeout_s)
-        for f in waits:
-            f.cancel()
+        timeout = self.worker_config.close_timeout_s
+        if live:
+            waits = [asyncio.ensure_future(w.exited.wait()) for w in live]
+            _, late = await asyncio.wait(waits, timeout=timeout)
+            if late:
+                for w in live:
+                    if not w.exited.is_set():
+                        self._kill(w, "did not exit on EOF")
+                await asyncio.wait(late, timeout=timeout)
+            for f in waits:
+                f.cancel()
+        launches = [asyncio.ensure_future(x.done.wait()) for x in self._launches]
+        if launches:  # each ends once its workers are reaped
+            await asyncio.wait(launches, timeout=timeout)
+            for f in launches:
+                f.cancel()
+
+    def reaper_pids(self) -> list[int]:
+        """The launchers' (then reapers') process ids, while they run (benchmarks)."""
+        return [
+            pid
+            for x in self._launches
+            if x.transport is not None and (pid := x.transport.get_pid()) is not None
+        ]
 
 
 # ------------------------------------------------------------------------ worker process

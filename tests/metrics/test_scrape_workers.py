@@ -55,6 +55,7 @@ async def make_workers() -> AsyncIterator[Factory]:
     yield make
     for source in made:
         pids.update(p for p in source.pids() if p is not None)
+        pids.update(source.reaper_pids())
         await source.close()
     assert [p for p in pids if alive(p)] == []
 
@@ -419,3 +420,133 @@ async def test_the_worker_side_answers_by_id_forgets_and_runs_its_idle_hook() ->
         reader.close()
         await runner.cleanup()
     assert idle  # ran once nothing was in flight
+
+
+# ------------------------------------------------------------- launcher, fork and reaper
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def cmdline(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+
+
+def shared_dirty_kb(pid: int) -> int:
+    """Anonymous pages written before a fork and still shared: the launcher's heap."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Shared_Dirty:"):
+            return int(line.split()[1])
+    raise AssertionError("no Shared_Dirty in smaps_rollup")
+
+
+async def test_workers_are_forked_from_one_launcher_that_becomes_their_reaper(
+    make_workers: Factory, fleet: tuple[list[FakeVllm], dict[str, list[PodEndpoint]]]
+) -> None:
+    _, endpoints = fleet
+    workers = make_workers()
+    for key in KEYS:
+        assert (await workers.read(key, endpoints[key], 0.0)).pods_read == 2
+    pids = [p for p in workers.pids() if p is not None]
+    assert len(pids) == 2
+    (reaper,) = workers.reaper_pids()
+    assert [parent_of(p) for p in pids] == [reaper, reaper]
+    argv = cmdline(reaper)
+    assert b"-S" in argv and argv[3].endswith(b"scrape_reaper.py")  # no site-packages
+    assert sorted(int(a) for a in argv[4:] if a) == sorted(pids)
+    # the import heap is shared copy-on-write, not one copy per worker
+    assert all(shared_dirty_kb(p) > 4096 for p in pids)
+
+
+async def test_a_restarted_worker_comes_from_a_launcher_of_its_own(
+    make_workers: Factory, fleet: tuple[list[FakeVllm], dict[str, list[PodEndpoint]]]
+) -> None:
+    _, endpoints = fleet
+    workers = make_workers()
+    await workers.start()
+    first = workers.pids()
+    assert first[0] is not None and first[1] is not None
+    os.kill(first[0], signal.SIGTERM)
+    await asyncio.wait_for(workers.wait_exited(0), BOUND_S)
+    key = keys_of(workers, 0)[0]
+    down = await workers.read(key, endpoints[key], 1.0)
+    assert "exited with exit code -15 (SIGTERM)" in down.errors[0]
+    await asyncio.wait_for(workers.wait_up(0), BOUND_S)
+    now = workers.pids()
+    assert now[1] == first[1] and now[0] not in (None, first[0])
+    assert now[0] is not None
+    reapers = workers.reaper_pids()
+    assert len(reapers) == 2 and parent_of(now[0]) != parent_of(first[1])
+    assert (await workers.read(key, endpoints[key], 2.0)).pods_read == 2
+
+
+async def test_a_killed_reaper_takes_its_workers_down_as_errors_and_they_restart(
+    make_workers: Factory, fleet: tuple[list[FakeVllm], dict[str, list[PodEndpoint]]]
+) -> None:
+    """Never a worker nobody watches: without its reaper the exit code is unknown, so
+    the workers are killed, read as errors saying so, and started again."""
+    _, endpoints = fleet
+    workers = make_workers()
+    await workers.start()
+    before = [p for p in workers.pids() if p is not None]
+    (reaper,) = workers.reaper_pids()
+    os.kill(reaper, signal.SIGKILL)
+    for index in (0, 1):
+        await asyncio.wait_for(workers.wait_exited(index), BOUND_S)
+    key = keys_of(workers, 1)[0]
+    down = await workers.read(key, endpoints[key], 1.0)
+    assert down.pods_read == 0 and "exit code unknown: its launcher exit code -9" in down.errors[0]
+    for index in (0, 1):
+        await asyncio.wait_for(workers.wait_up(index), BOUND_S)
+    assert (await workers.read(key, endpoints[key], 2.0)).pods_read == 2
+    await asyncio.wait_for(asyncio.to_thread(_until_gone, before), BOUND_S)
+
+
+def _until_gone(pids: list[int]) -> None:
+    handles = []
+    for pid in pids:
+        try:
+            handles.append(os.pidfd_open(pid))
+        except ProcessLookupError:
+            continue  # gone already
+    for fd in handles:
+        select.select([fd], [], [], BOUND_S)
+        os.close(fd)
+
+
+REAPER_SCRIPT = """
+import os, sys, time
+from autoscaler.commands.scrape_worker import REAPER
+pids = []
+for code in (None, 3):
+    pid = os.fork()
+    if pid == 0:
+        if code is None:
+            time.sleep(BOUND_S)  # until killed
+        os._exit(code or 0)
+    pids.append(pid)
+print(" ".join(map(str, pids)), flush=True)
+os.execv(sys.executable, [sys.executable, "-I", "-S", REAPER, *map(str, pids)])
+"""
+
+
+def test_the_reaper_reports_each_exit_kills_only_its_own_children_and_then_exits() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", REAPER_SCRIPT.replace("BOUND_S", repr(BOUND_S))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).parents[2],
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        blocked, exits_3 = map(int, proc.stdout.readline().split())
+        assert proc.stdout.readline().split() == [b"exit", str(exits_3).encode(), b"3"]
+        # not its child (this test process): ignored; its blocked child: SIGKILLed
+        proc.stdin.write(f"kill {os.getpid()}\nkill {blocked}\n".encode())
+        proc.stdin.flush()
+        assert proc.stdout.readline().split() == [b"exit", str(blocked).encode(), b"-9"]
+        assert proc.wait(BOUND_S) == 0  # every child reaped: done
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(BOUND_S)

@@ -11,6 +11,8 @@ samples (creation -> Ready ``lastTransitionTime``) for the forecaster's horizon.
 
 from __future__ import annotations
 
+import sys
+import weakref
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -101,19 +103,52 @@ def cold_start_s(pod: Mapping[str, Any]) -> float | None:
     return ready_at - created
 
 
+class _Labels(dict[str, str]):
+    """One pod's labels, shared by every pod carrying the same ones (a weakly referenced
+    dict: never mutated once made)."""
+
+    __slots__ = ("__weakref__",)
+
+
+# Per distinct label set, the one mapping every pod carrying it shares: a ReplicaSet's
+# pods differ only in name, uid and IP, and each decoded event holds fresh strings for
+# the rest. Gone with the last pod carrying it (weak values), so rollouts leave nothing.
+_LABEL_SETS: weakref.WeakValueDictionary[tuple[tuple[str, str], ...], _Labels] = (
+    weakref.WeakValueDictionary()
+)
+_intern = sys.intern
+_NO_LABELS: Mapping[str, str] = _Labels()
+
+
+def shared_labels(labels: Mapping[str, Any] | None) -> Mapping[str, str]:
+    """``labels`` as the one shared mapping for that label set (keys and values interned)."""
+    if not labels:
+        return _NO_LABELS
+    key = tuple(sorted((_intern(str(k)), _intern(str(v))) for k, v in labels.items()))
+    shared = _LABEL_SETS.get(key)
+    if shared is None:
+        shared = _LABEL_SETS[key] = _Labels(key)
+    return shared
+
+
+def _opt_intern(value: Any) -> str | None:
+    return _intern(value) if isinstance(value, str) and value else None
+
+
 def pod_record(pod: Mapping[str, Any]) -> PodRecord:
-    """The informer's transform for pods."""
+    """The informer's transform for pods. Strings many pods repeat (namespace, phase,
+    node, labels) are shared, not one copy per pod (issue 16: 8,000 pods)."""
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     spec = pod.get("spec") or {}
     cond = _ready_condition(pod)
     terminating = bool(meta.get("deletionTimestamp"))
-    phase = str(status.get("phase") or "Pending")
+    phase = _intern(str(status.get("phase") or "Pending"))
     ready = cond is not None and cond.get("status") == "True" and phase == "Running"
     override = (meta.get("annotations") or {}).get(METRICS_PORT_ANNOTATION)
-    labels = dict(meta.get("labels") or {})
+    labels = shared_labels(meta.get("labels"))
     return PodRecord(
-        namespace=str(meta.get("namespace") or ""),
+        namespace=_intern(str(meta.get("namespace") or "")),
         name=str(meta.get("name")),
         uid=str(meta.get("uid")),
         labels=labels,
@@ -122,7 +157,7 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord:
         terminating=terminating,
         phase=phase,
         ip=status.get("podIP") or None,
-        node=spec.get("nodeName") or None,
+        node=_opt_intern(spec.get("nodeName")),
         requests=tuple(sorted(request_totals(spec).items())),
         cold_start_s=cold_start_s(pod),
         pool=is_pool_pod(labels),

@@ -294,3 +294,47 @@ async def test_a_list_smaller_than_a_page_is_one_request(kapi: LocalKubeAPI, pod
         kapi.create("pods", pod(f"q{i}"))
     await pods.informer.wait_for(lambda: len(pods.informer.items) == 3)
     assert pods.informer.lists == 1
+
+
+def _raw_pod(name: str, labels: dict[str, str], node: str = "gpu-1") -> dict[str, Any]:
+    """A pod as decoded from a watch event: every string a fresh object."""
+    import json
+
+    return dict(
+        json.loads(
+            json.dumps(
+                {
+                    "metadata": {
+                        "name": name,
+                        "namespace": "fleet",
+                        "uid": f"u-{name}",
+                        "labels": labels,
+                    },
+                    "spec": {"nodeName": node},
+                    "status": {"phase": "Running", "podIP": "10.0.0.1"},
+                }
+            )
+        )
+    )
+
+
+def test_pods_with_the_same_labels_share_one_mapping_until_the_last_is_gone() -> None:
+    import gc
+
+    from autoscaler.kube import pods as pods_module
+
+    rs = {"app": "m0001", "pod-template-hash": "7d9f8c6b5"}
+    key = tuple(sorted(rs.items()))
+    a, b = (pod_record(_raw_pod(n, rs)) for n in ("m0001-a", "m0001-b"))
+    other = pod_record(_raw_pod("m0002-a", {"app": "m0002", "pod-template-hash": "7d9f8c6b5"}))
+    assert a.labels == rs and a.labels is b.labels and other.labels is not a.labels
+    assert other.labels == {"app": "m0002", "pod-template-hash": "7d9f8c6b5"}
+    assert a.namespace is b.namespace and a.phase is b.phase and a.node is b.node
+    assert a.name == "m0001-a" and b.uid == "u-m0001-b"  # what differs stays each pod's own
+    assert key in pods_module._LABEL_SETS
+    del a, b
+    gc.collect()
+    assert key not in pods_module._LABEL_SETS  # gone with its last pod: rollouts leak nothing
+    again = pod_record(_raw_pod("m0001-d", rs))
+    assert again.labels == rs and pods_module._LABEL_SETS[key] is again.labels
+    assert pod_record(_raw_pod("bare", {})).labels == {}

@@ -178,13 +178,15 @@ def rss_pss_mb(pid: int | str = "self") -> tuple[float, float]:
     return rss, pss
 
 
-def _worker_pids(ctl: Any) -> list[int]:
-    """The controller's scrape worker processes and their reapers (none in-process; no
-    reaper on older code)."""
+def _worker_pids(ctl: Any, *, reapers: bool = False) -> list[int]:
+    """The controller's scrape worker processes (none in-process), then with ``reapers``
+    their reapers (none on older code): what the controller's CPU and memory include."""
     source = getattr(getattr(ctl.loop, "signals", None), "source", None)
     pids = getattr(source, "pids", None)
-    reapers = getattr(source, "reaper_pids", list)
-    return [*(p for p in pids() if p is not None), *reapers()] if callable(pids) else []
+    if not callable(pids):
+        return []
+    extra = getattr(source, "reaper_pids", list)() if reapers else []
+    return [*(p for p in pids() if p is not None), *extra]
 
 
 async def measure(
@@ -257,7 +259,7 @@ async def measure(
 
     def sample(now: float) -> dict[str, float]:
         rss, pss = rss_pss_mb()
-        for pid in _worker_pids(ctl):
+        for pid in _worker_pids(ctl, reapers=True):
             w_rss, w_pss = rss_pss_mb(pid)
             rss, pss = rss + w_rss, pss + w_pss
         return {
@@ -273,7 +275,8 @@ async def measure(
         workers = _worker_pids(ctl)
         if len(workers) != args.scrape_workers:
             raise RuntimeError(f"{len(workers)} scrape workers up, {args.scrape_workers} asked")
-        start_workers = sum(proc_cpu_s(p) for p in workers)
+        helpers = _worker_pids(ctl, reapers=True)  # the workers and their reapers
+        start_workers = sum(proc_cpu_s(p) for p in helpers)
         start_cluster = proc_cpu_s(cluster_pid)
         start_t, start_cpu, start_dec = time.monotonic(), cpu_s(), metrics.decided
         start_gc, start_gc_n = list(gc_time), list(gc_count)
@@ -287,7 +290,7 @@ async def measure(
         own_cpu = cpu_s() - start_cpu
         if _worker_pids(ctl) != workers:
             raise RuntimeError(f"scrape workers restarted: {workers} -> {_worker_pids(ctl)}")
-        workers_cpu = sum(proc_cpu_s(p) for p in workers) - start_workers
+        workers_cpu = sum(proc_cpu_s(p) for p in helpers) - start_workers
         cluster_cpu = proc_cpu_s(cluster_pid) - start_cluster
         cpu = own_cpu + workers_cpu
         decisions = metrics.decided - start_dec

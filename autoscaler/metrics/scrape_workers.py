@@ -364,9 +364,8 @@ class ScrapeWorkers:
 
     async def _exec(self, workers: list[_Worker]) -> None:
         launch = _Launch(self, workers)
-        ends: list[
-            tuple[int, int]
-        ] = []  # ours per worker: (its stdin's write end, its stdout's read end)
+        # ours, per worker: (its stdin's write end, its stdout's read end)
+        ends: list[tuple[int, int]] = []
         theirs: list[int] = []
         try:
             for _ in workers:
@@ -403,20 +402,25 @@ class ScrapeWorkers:
         launch.transport = transport
         self._launches.add(launch)
         for w, (in_w, out_r) in zip(workers, ends, strict=True):
+            writer: Any = None
             try:
-                w.writer, _ = await self._loop.connect_write_pipe(
+                writer, _ = await self._loop.connect_write_pipe(
                     asyncio.Protocol, os.fdopen(in_w, "wb", 0)
                 )
-                w.reader, _ = await self._loop.connect_read_pipe(
+                reader, _ = await self._loop.connect_read_pipe(
                     functools.partial(_WorkerOutput, w), os.fdopen(out_r, "rb", 0)
                 )
             except Exception as err:  # never a worker we cannot talk to
+                if writer is not None:
+                    writer.close()
                 self._kill(w, f"pipes not usable: {err!r}")
                 continue
-            if w.launch is not launch:  # gone already
-                self._close_pipes(w)
+            if w.launch is not launch:  # gone already (perhaps restarted: not ours to touch)
+                writer.close()
+                reader.close()
                 continue
-            w.outbox = _Outbox(self._loop, w.writer.write)
+            w.writer, w.reader = writer, reader
+            w.outbox = _Outbox(self._loop, writer.write)
             if self._closed:
                 self._stop(w)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -109,10 +110,11 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class PolicySource:
     """A policy document as written (camelCase keys, ``profile`` only if written) and
-    the effective policy it resolves to."""
+    the effective policy it resolves to. Shared by every target whose document is the
+    same (`load_source`): never mutated."""
 
     document: Mapping[str, Any]
     policy: Policy
@@ -132,9 +134,30 @@ def _profile_of(doc: Mapping[str, Any]) -> str:
     return name
 
 
+# Per distinct document (its canonical JSON), the one PolicySource every target written
+# with it shares: a fleet's LLMAutoscalers are mostly templated, and each validated
+# policy is ~6 KB of pydantic objects (issue 16: 1,000 targets). Weak values: gone with
+# the last target holding it.
+_SOURCES: weakref.WeakValueDictionary[str, PolicySource] = weakref.WeakValueDictionary()
+
+
 def load_source(data: Mapping[str, Any]) -> PolicySource:
     """Validate a policy document (camelCase or snake_case keys) against its profile;
-    raise `ConfigError` naming every problem's field, value and rule."""
+    raise `ConfigError` naming every problem's field, value and rule. Equal documents
+    give the same (shared) `PolicySource`."""
+    try:
+        key: str | None = json.dumps(data, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        key = None  # not plain JSON: validated (and refused or kept) on its own
+    if key is not None and (shared := _SOURCES.get(key)) is not None:
+        return shared
+    source = _load_source(data)
+    if key is not None:
+        _SOURCES[key] = source
+    return source
+
+
+def _load_source(data: Mapping[str, Any]) -> PolicySource:
     problems: list[str] = []
     doc = _camel(data, "", problems)
     if problems:

@@ -455,6 +455,8 @@ def test_pages_are_read_the_same_on_uvloop() -> None:
         source = PodScrapeSource(ScrapeConfig(timeout_s=5.0))
         try:
             bodies = [await client.get(pod.url) for _ in range(3)]
+            # plain HTTP rides the client's one epoll, itself one uvloop reader
+            assert client._poller is not None and len(client._poller) == 1
             reading = await source.read("ns/t", [PodEndpoint("p0", pod.url)], 1.0)
         finally:
             await client.close()

@@ -341,3 +341,69 @@ async def test_a_decision_written_after_a_fix_is_not_replaced_by_the_valid_again
     fixed = kapi.get("llmautoscalers", "default", "bad", GROUP)
     assert fixed is not None
     assert [c["type"] for c in fixed["status"]["conditions"]] == ["Ready", "OverridesProfile"]
+
+
+async def test_a_spec_is_re_validated_when_its_content_changes_not_its_key_order(
+    kclient: ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store keeps a digest of each spec it parsed, not the spec: equal content in
+    another key order is the same spec; any changed value is parsed again."""
+    store = CrdPolicyStore(kclient, None, sleep=FakeSleep())
+    obj = spec_to_object(spec("a"))
+    obj["metadata"]["resourceVersion"] = "1"
+    parsed: list[int] = []
+    real = object_to_spec
+
+    def counting(o: Any) -> TargetSpec:
+        parsed.append(1)
+        return real(o)
+
+    monkeypatch.setattr("autoscaler.store.crd.object_to_spec", counting)
+    store._accept([obj])
+    reordered = {**obj, "spec": dict(reversed(list(obj["spec"].items())))}
+    assert list(reordered["spec"]) != list(obj["spec"])
+    store._accept([reordered])
+    assert len(parsed) == 1
+    changed = spec_to_object(spec("a", max_replicas=9))
+    changed["metadata"]["resourceVersion"] = "2"
+    [target] = store._accept([changed])
+    assert len(parsed) == 2 and target.spec.policy.max_replica_count == 9
+    assert all(isinstance(d, bytes) and len(d) == 16 for d, _ in store._parsed.values())
+
+
+async def test_a_condition_that_flips_gets_a_new_transition_time_the_others_keep_theirs(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    now = [1_700_000_000.0]
+    store = CrdPolicyStore(kclient, "default", wall_clock=lambda: now[0])
+    await store.put(spec())
+    ref = TargetRef("default", "llm")
+    decision = Decision(0.0, 2, 3, Reason.SCALE_UP, "up", True)
+    active = Condition("ScalingActive", "True", "ScaleUp", "ok")
+    limited = Condition("ScalingLimited", "False", "InRange", "ok")
+    await store.write_status(ref, decision, conditions=[active, limited])
+    now[0] += 60
+    limited_now = Condition("ScalingLimited", "True", "TooMany", "at max")
+    await store.write_status(ref, decision, conditions=[active, limited_now])
+    obj = kapi.get("llmautoscalers", "default", "llm", GROUP)
+    assert obj is not None
+    times = {c["type"]: c["lastTransitionTime"] for c in obj["status"]["conditions"]}
+    assert times == {
+        "ScalingActive": "2023-11-14T22:13:20Z",
+        "ScalingLimited": "2023-11-14T22:14:20Z",
+    }
+    # what the store keeps of the status: the conditions' type, status and time only
+    assert store._status[ref] == {
+        "conditions": [
+            {
+                "type": "ScalingActive",
+                "status": "True",
+                "lastTransitionTime": times["ScalingActive"],
+            },
+            {
+                "type": "ScalingLimited",
+                "status": "True",
+                "lastTransitionTime": times["ScalingLimited"],
+            },
+        ]
+    }

@@ -529,6 +529,9 @@ def components(ctl: Any, source: Any) -> dict[str, float]:
 
     seen.add(id(ctl))
     seen.add(id(seen))  # the walk's own bookkeeping is not the controller's
+    # nor is the event loop a component: entered, it reaches whatever it has a callback of
+    # (the page client's one epoll reader reaches every connection from the kube client)
+    seen.add(id(asyncio.get_running_loop()))
     state, loop, cache = ctl.state, ctl.loop, ctl.cache
     targets = list(state.targets.values())
     out: dict[str, float] = {}

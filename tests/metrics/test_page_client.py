@@ -470,3 +470,23 @@ def test_pages_are_read_the_same_on_uvloop() -> None:
     assert loop_module == "uvloop"
     assert bodies == [PAGE] * 3
     assert pods_read == 1
+
+
+def test_a_request_is_joined_from_parts_pods_share_their_path() -> None:
+    from autoscaler.metrics.page_client import _target
+
+    a, b = _target("http://127.1.0.1:8000/metrics"), _target("http://127.1.0.2:8000/metrics")
+    assert a.path is b.path  # one object for every pod with this path
+    tail = b"Accept: text/plain;version=0.0.4;q=0.9,*/*;q=0.1\r\nUser-Agent: llm-autoscaler\r\n\r\n"
+    assert a.request == b"GET /metrics HTTP/1.1\r\nHost: 127.1.0.1:8000\r\n" + tail
+    assert b.with_query(b"name%5B%5D=x") == (
+        b"GET /metrics?name%5B%5D=x HTTP/1.1\r\nHost: 127.1.0.2:8000\r\n" + tail
+    )
+    assert _target("http://[::1]/m?x=1").with_query(b"q=2") == (
+        b"GET /m?x=1&q=2 HTTP/1.1\r\nHost: [::1]\r\n" + tail
+    )
+    assert (
+        _target("https://h:443/m?")
+        .with_query(b"q=2")
+        .startswith(b"GET /m?q=2 HTTP/1.1\r\nHost: h\r\n")
+    )

@@ -599,6 +599,8 @@ class PageClient:
             if context is None and HAS_EPOLL:
                 poller = self._poller
                 if poller is None or poller.loop is not loop:
+                    if poller is not None:  # used from another loop before: its epoll goes
+                        poller.close()
                     poller = self._poller = Poller(loop)
                 _, conn = await poller.open(protocol, target.host, target.port)
             else:

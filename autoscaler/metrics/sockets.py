@@ -6,7 +6,7 @@ on uvloop (its TCPTransport and libuv handle; a socket behind ``add_reader`` ~1.
 a socket object ~0.2 KB: ~10 MB of a fleet's scrape processes was transports. Here every
 socket of a client is registered in one `select.epoll`, whose descriptor is the event
 loop's only reader for all of them: when it is readable, one callback polls it without
-waiting and drives each ready socket's protocol. Measured: docs/scale.md, "Session 9".
+waiting and drives each ready socket's protocol. Measured: docs/scale.md, "Sessions 9 and 10".
 
 The protocol side is what the event loop's transports drive: `asyncio.BufferedProtocol`
 (``connection_made``, ``get_buffer``/``buffer_updated``, ``eof_received``,
@@ -208,8 +208,9 @@ class SocketTransport:
         protocol = self._protocol
         self._close()
         self._protocol = None
-        if protocol is not None:
-            self._poller.loop.call_soon(protocol.connection_lost, exc)
+        loop = self._poller.loop
+        if protocol is not None and not loop.is_closed():  # a closed loop runs nothing more
+            loop.call_soon(protocol.connection_lost, exc)
 
 
 class Poller:

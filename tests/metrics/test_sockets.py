@@ -242,3 +242,30 @@ async def test_a_client_notices_a_pod_closing_an_idle_connection(echo) -> None: 
     finally:
         await client.close()
     assert client._poller is None
+
+
+def test_a_client_used_from_another_loop_closes_the_first_loops_epoll() -> None:
+    """A `PageClient` reused from a new event loop (a test, a restarted loop) opens a
+    poller on that loop and closes the old one: its epoll and sockets, not left open."""
+    listener = socket.create_server(("127.0.0.1", 0))  # the kernel completes connects
+    client = PageClient(timeout_s=5.0, max_body_bytes=1 << 20)
+    target = _target(f"http://127.0.0.1:{listener.getsockname()[1]}/metrics")
+
+    async def connect() -> None:
+        await client._connect(target, asyncio.get_running_loop().time() + 5)
+
+    first_loop, second_loop = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        first_loop.run_until_complete(connect())
+        first = client._poller
+        assert first is not None and len(first) == 1
+        first_loop.close()
+        second_loop.run_until_complete(connect())
+        assert client._poller is not first and client._poller is not None
+        assert first._epoll.closed and len(first) == 0  # its connection's socket closed too
+        assert len(client._poller) == 1
+        second_loop.run_until_complete(client.close())
+    finally:
+        first_loop.close()
+        second_loop.close()
+        listener.close()

@@ -238,6 +238,7 @@ class Controller:
             leader=leader,
             observer=self.metrics,
             tick_interval_s=s.tick_interval_s,
+            tick_phases=s.tick_phases,
             # Process-wide advisory or keda: never write replicas (KEDA's HPA owns them).
             dry_run=s.mode in ("advisory", "keda"),
             decides=(

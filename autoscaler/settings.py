@@ -94,6 +94,11 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
     tick_interval_s: float = Field(default=1.0, gt=0, le=60)
+    # Spread the targets over this many phases of each tick interval (the loop ticks
+    # every tick_interval_s / tick_phases; each target on its own phase, docs/scale.md
+    # "Tick phases"): a fleet's scrapes and decisions spread over the second instead of
+    # one burst per tick. 1: every due target at the start of each tick.
+    tick_phases: int = Field(default=1, ge=1, le=100)
     mode: Literal["direct", "keda", "advisory"] = "direct"
     namespace: str | None = None
     policy_file: str | None = None
@@ -173,6 +178,16 @@ class Settings(BaseSettings):
                 f"scrape_workers={self.scrape_workers} needs pod scraping, but "
                 f"prometheus_url={self.prometheus_url!r} reads the signals from Prometheus: "
                 "unset one of them (scrape_workers=0 with Prometheus)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_tick_phases(self) -> Settings:
+        if self.tick_phases > 1 and self.prometheus_url:
+            raise ValueError(
+                f"tick_phases={self.tick_phases} spreads pod scrapes over the tick, but "
+                f"prometheus_url={self.prometheus_url!r} reads every target in one grouped "
+                "query per signal per tick: use tick_phases=1 with Prometheus"
             )
         return self
 

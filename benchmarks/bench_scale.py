@@ -5,6 +5,9 @@ Run: nice -n 10 .venv/bin/python benchmarks/bench_scale.py --targets 10 100 [--d
 (writes benchmarks/results/scale.json; one row per N and K, merged with the rows there)
 Scrape workers side by side: --compare-workers 0 2 [--rounds 2] runs this tree with K=0
 and K=2 alternately in fresh processes (writes results/scale_workers_k0_vs_k2.json).
+Tick phases side by side: --compare-phases 1 10 --scrape-workers 2 (writes
+results/scale_phases_p1_vs_p10.json); each run reports the decision lag (from when each
+target was due to its decision) beside the tick duration.
 Before/after: --baseline REV [--rounds 2] measures that git revision's code (extracted
 with ``git archive``) and this tree alternately in fresh processes, the median of each
 side by side (writes benchmarks/results/scale_vs_baseline.json). The controller runs on
@@ -202,7 +205,12 @@ async def measure(
         def __init__(self) -> None:
             super().__init__()
             self.tick_log: list[tuple[float, float]] = []  # (end time, duration)
+            self.lag_log: list[tuple[float, float]] = []  # (time, decision lag)
             self.decided = 0
+
+        def observe_decision_lag(self, lag_s: float) -> None:  # code since tick phases
+            super().observe_decision_lag(lag_s)
+            self.lag_log.append((time.monotonic(), lag_s))
 
         def observe_tick(self, duration_s: float) -> None:
             super().observe_tick(duration_s)
@@ -218,6 +226,8 @@ async def measure(
     extra: dict[str, Any] = {}
     if args.scrape_workers:  # code before scrape workers ignores the setting
         extra["scrape_workers"] = args.scrape_workers
+    if args.tick_phases > 1:  # code before tick phases ignores the setting
+        extra["tick_phases"] = args.tick_phases
     settings = Settings(
         http=HttpSettings(host="127.0.0.1", port=0),
         grpc=GrpcSettings(host="127.0.0.1", port=0),
@@ -312,6 +322,10 @@ async def measure(
         await api.close()
     window = [d for end, d in metrics.tick_log if start_t <= end <= start_t + wall]
     q = statistics.quantiles(window, n=100) if len(window) >= 2 else [float("nan")] * 99
+    lags = [lag for t, lag in metrics.lag_log if start_t <= t <= start_t + wall]
+    lag_q = statistics.quantiles(lags, n=100) if len(lags) >= 2 else [float("nan")] * 99
+    # ticks of the whole interval (a phased loop ticks tick_phases times per interval)
+    n_ticks = max(len(window) / max(args.tick_phases, 1), 1)
     calls = end_calls["calls"] - start_calls["calls"]
     verbs = {
         k: v - start_calls["verbs"].get(k, 0)
@@ -325,6 +339,11 @@ async def measure(
         "ticks": len(window),
         "tick_p50_ms": round(q[49] * 1000, 1),
         "tick_p99_ms": round(q[98] * 1000, 1),
+        "tick_phases": args.tick_phases,
+        # from when each target was due to its decision (code before tick phases: nan)
+        "decision_lag_p50_ms": round(lag_q[49] * 1000, 1),
+        "decision_lag_p99_ms": round(lag_q[98] * 1000, 1),
+        "decision_lag_max_ms": round(max(lags) * 1000, 1) if lags else float("nan"),
         "decisions_per_target_s": round(decisions / targets / wall, 3),
         "scrape_workers": args.scrape_workers,
         "cluster_loop": args.cluster_loop,
@@ -333,10 +352,8 @@ async def measure(
         "cpu_cores_controller": round(own_cpu / wall, 3),
         "cpu_cores_workers": round(workers_cpu / wall, 3),
         "cluster_cpu_cores": round(cluster_cpu / wall, 3),
-        "cpu_ms_per_tick_per_target": round(1000 * cpu / max(len(window), 1) / targets, 3),
-        "cpu_ms_per_tick_per_target_controller": round(
-            1000 * own_cpu / max(len(window), 1) / targets, 3
-        ),
+        "cpu_ms_per_tick_per_target": round(1000 * cpu / n_ticks / targets, 3),
+        "cpu_ms_per_tick_per_target_controller": round(1000 * own_cpu / n_ticks / targets, 3),
         "cpu_ms_per_decision": round(1000 * cpu / max(decisions, 1), 3),
         "gc_ms_per_s": round(1000 * sum(gc_s) / wall, 1),
         "minor_faults_per_s": round(faults / wall),
@@ -455,10 +472,15 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def _run_worker(
-    code: Path | None, targets: int, args: argparse.Namespace, workers: int | None = None
+    code: Path | None,
+    targets: int,
+    args: argparse.Namespace,
+    workers: int | None = None,
+    phases: int | None = None,
 ) -> dict[str, Any]:
     """One measurement in a fresh process, of the code under ``code`` (else this tree),
-    with ``workers`` scrape workers (default: ``--scrape-workers``)."""
+    with ``workers`` scrape workers (default: ``--scrape-workers``) and ``phases`` tick
+    phases (default: ``--tick-phases``)."""
     env = dict(os.environ)
     if code is not None:
         env["PYTHONPATH"] = str(code)
@@ -468,6 +490,7 @@ def _run_worker(
     cmd += ["--event-loop", args.event_loop, "--page-variants", str(args.page_variants)]
     cmd += ["--cluster-loop", args.cluster_loop]
     cmd += ["--scrape-workers", str(args.scrape_workers if workers is None else workers)]
+    cmd += ["--tick-phases", str(args.tick_phases if phases is None else phases)]
     # run in the measured tree: its scrape workers (python -m) import from the working
     # directory first (code before 61a04f9 does not choose their directory itself)
     cwd = str(code or ROOT)
@@ -487,6 +510,9 @@ COMPARED = (
     ("cluster process cores", "cluster_cpu_cores"),
     ("tick p50 (ms)", "tick_p50_ms"),
     ("tick p99 (ms)", "tick_p99_ms"),
+    ("decision lag p50 (ms)", "decision_lag_p50_ms"),
+    ("decision lag p99 (ms)", "decision_lag_p99_ms"),
+    ("decision lag max (ms)", "decision_lag_max_ms"),
     ("decisions/target/s", "decisions_per_target_s"),
     ("GC ms/s", "gc_ms_per_s"),
     ("minor page faults/s", "minor_faults_per_s"),
@@ -503,9 +529,26 @@ def compare_workers(args: argparse.Namespace) -> None:
     """``--compare-workers K1 K2``: this tree with K1 then K2 scrape workers, alternately
     in fresh processes, ``--rounds`` times each per N; medians side by side."""
     k1, k2 = args.compare_workers
+    _compare_tree(args, "--compare-workers", ("workers", k1, k2), f"K={k1}", f"K={k2}")
+
+
+def compare_phases(args: argparse.Namespace) -> None:
+    """``--compare-phases P1 P2``: this tree with P1 then P2 tick phases (and
+    ``--scrape-workers``), alternately in fresh processes, ``--rounds`` times each per N."""
+    p1, p2 = args.compare_phases
+    _compare_tree(args, "--compare-phases", ("phases", p1, p2), f"P={p1}", f"P={p2}")
+
+
+def _compare_tree(
+    args: argparse.Namespace, option: str, varied: tuple[str, int, int], l1: str, l2: str
+) -> None:
+    """This tree with one setting at two values, alternately in fresh processes."""
+    setting, v1, v2 = varied
+    k1, k2 = (v1, v2) if setting == "workers" else (None, None)
+    p1, p2 = (v1, v2) if setting == "phases" else (None, None)
     head = tree_rev()
     document: dict[str, Any] = {
-        "benchmark": "bench_scale --compare-workers",
+        "benchmark": f"bench_scale {option}",
         "command": " ".join(["benchmarks/bench_scale.py", *sys.argv[1:]]),
         "code": head,
         "machine": {"cpus": os.cpu_count(), "load_before": os.getloadavg()},
@@ -516,9 +559,9 @@ def compare_workers(args: argparse.Namespace) -> None:
         before: list[dict[str, Any]] = []
         after: list[dict[str, Any]] = []
         for _ in range(args.rounds):
-            before.append(_run_worker(None, n, args, k1))
+            before.append(_run_worker(None, n, args, k1, p1))
             print(table([before[-1]]), flush=True)
-            after.append(_run_worker(None, n, args, k2))
+            after.append(_run_worker(None, n, args, k2, p2))
             print(table([after[-1]]), flush=True)
         table_rows, part = compared_table(
             f"N={n} targets x {args.pods} pods on {head}, median of {args.rounds} alternating "
@@ -526,18 +569,18 @@ def compare_workers(args: argparse.Namespace) -> None:
             before,
             after,
             WORKERS_COMPARED,
-            f"K={k1}",
-            f"K={k2}",
+            l1,
+            l2,
         )
         print(part, flush=True)
         markdown += part + "\n"
         document["by_targets"][str(n)] = {
             "rows": table_rows,
-            "raw": {f"K={k1}": before, f"K={k2}": after},
+            "raw": {l1: before, l2: after},
         }
     document["machine"]["load_after"] = os.getloadavg()
     document["markdown"] = markdown
-    name = args.out or f"scale_workers_k{k1}_vs_k{k2}.json"
+    name = args.out or f"scale_{setting}_{l1}_vs_{l2}.json".replace("=", "").lower()
     out = Path(name) if os.sep in name else RESULTS.with_name(name)  # a path, or a name there
     out.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote {out}", file=sys.stderr)
@@ -599,6 +642,22 @@ def main() -> None:
         type=int,
         default=0,
         help="as `llm-autoscaler run --scrape-workers` (0: scraping in the controller)",
+    )
+    parser.add_argument(
+        "--tick-phases",
+        type=int,
+        default=1,
+        help="as `llm-autoscaler run --tick-phases` (1: every target at each tick's start)",
+    )
+    parser.add_argument(
+        "--compare-phases",
+        type=int,
+        nargs=2,
+        metavar=("P1", "P2"),
+        default=None,
+        help="this tree with P1 then P2 tick phases (and --scrape-workers), alternately in "
+        "fresh processes, --rounds times each (writes "
+        "benchmarks/results/scale_phases_p<P1>_vs_p<P2>.json, or --out)",
     )
     parser.add_argument(
         "--compare-workers",
@@ -663,6 +722,9 @@ def main() -> None:
         return
     if args.compare_workers:
         compare_workers(args)
+        return
+    if args.compare_phases:
+        compare_phases(args)
         return
     rows = []
     for n in args.targets:

@@ -78,6 +78,13 @@ class ControllerMetrics:
             buckets=_TICK_BUCKETS_S,
             registry=r,
         )
+        self.decision_lag = Histogram(
+            "llm_autoscaler_decision_lag_seconds",
+            "From when a target was due (its polling interval, on its tick phase) to its "
+            "decision: what a fleet's targets wait for each tick's reads and decisions.",
+            buckets=_TICK_BUCKETS_S,
+            registry=r,
+        )
         self.api_request_duration = Histogram(
             "llm_autoscaler_api_request_duration_seconds",
             "REST API request latency by method, route template and status.",
@@ -92,6 +99,9 @@ class ControllerMetrics:
 
     def observe_tick(self, duration_s: float) -> None:
         self.tick_duration.observe(duration_s)
+
+    def observe_decision_lag(self, lag_s: float) -> None:
+        self.decision_lag.observe(lag_s)
 
     def observe_scrape_error(self, ref: TargetRef) -> None:
         self.scrape_errors.labels(ref.namespace, ref.name).inc()

@@ -80,6 +80,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "scraping only, not with Prometheus; default: AUTOSCALER_SCRAPE_WORKERS, else 0)",
     )
     p.add_argument(
+        "--tick-phases",
+        type=int,
+        default=None,
+        help="spread the targets over this many phases of each tick interval, so a "
+        "fleet's scrapes and decisions do not all land at once (1: every due target at "
+        "the start of each tick; pod scraping only, not with Prometheus; default: "
+        "AUTOSCALER_TICK_PHASES, else 1)",
+    )
+    p.add_argument(
         "--http-port",
         type=int,
         default=None,
@@ -197,6 +206,8 @@ async def _main(args: argparse.Namespace) -> int:
         overrides["shard_scope"] = args.shard_scope
     if args.scrape_workers is not None:
         overrides["scrape_workers"] = args.scrape_workers
+    if args.tick_phases is not None:
+        overrides["tick_phases"] = args.tick_phases
     settings = Settings.load(**overrides)  # every bad value: field, value and rule
     if args.http_port is not None:
         settings.http.port = args.http_port

@@ -1,5 +1,12 @@
 """The control loop: one reconcile per target per tick, all targets concurrently.
 
+Phases (``tick_phases`` P > 1): the loop ticks every ``tick_interval_s / P`` and each
+target is due on its own phase of that grid (a stable hash of its name), so a fleet's
+reads, scrapes and decisions are spread over the interval instead of arriving in one
+burst each tick: a target's decision lag (due -> decided) is one P-th of the burst's
+work, and every target still decides once per polling interval. P = 1 is the classic
+tick: every due target at once.
+
 A tick: observe the target (replicas, ready pods, capacity) -> read signals (missing,
 never zero, when a source fails) -> update the forecast -> `decide` (pure) -> actuate
 (leader only, direct mode only, re-deciding after a conflict) -> warm pool -> publish.
@@ -14,6 +21,8 @@ the loop itself restarts the ticking after an exponential backoff and sets
 from __future__ import annotations
 
 import asyncio
+import math
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
@@ -58,7 +67,10 @@ class ControlLoop:
         dry_run: bool = False,
         summary_every_s: float = 60.0,
         decides: Callable[[TargetRef], bool] | None = None,
+        tick_phases: int = 1,
     ) -> None:
+        if tick_phases < 1 or tick_phases != int(tick_phases):
+            raise ValueError(f"tick_phases={tick_phases!r}: must be a whole number >= 1")
         self.state = state
         self.cluster = cluster
         self.signals = signals
@@ -67,6 +79,9 @@ class ControlLoop:
         self.clock = clock or MonotonicClock()
         self.observer = observer
         self.tick_interval_s = tick_interval_s
+        self.tick_phases = tick_phases
+        self._step_s = tick_interval_s / tick_phases  # time between ticks
+        self._grid_origin = self.clock.now()  # where every target's phase grid starts
         self.max_conflict_retries = max_conflict_retries
         self.dry_run = dry_run  # process-wide advisory mode: decide and publish, never write
         # Sharded with scope "held": reconcile only the targets this replica writes.
@@ -139,34 +154,74 @@ class ControlLoop:
                 await self.clock.sleep(delay_s)
 
     async def _tick_forever(self) -> None:
-        """Tick at ``tick_interval_s`` (aligned to the clock, no drift)."""
+        """Tick every ``tick_interval_s / tick_phases`` (aligned to the clock, no drift)."""
+        step = self._step_s
         next_t = self.clock.now()
+        if self.tick_phases > 1:  # on the phase grid
+            next_t = self._grid_after(next_t - step / 2, 0.0, step)
         while True:
             await self.tick()
             if self.after_tick is not None:
                 self.after_tick()
-            next_t += self.tick_interval_s
+            next_t += step
             now = self.clock.now()
             if next_t < now:  # a slow tick: skip missed slots instead of bursting
-                next_t = now
+                next_t = now if self.tick_phases == 1 else self._grid_after(now, 0.0, step)
             await self.clock.sleep(next_t - now)
+
+    def _grid_after(self, t: float, offset_s: float, period_s: float) -> float:
+        """The first time >= ``t`` of the grid ``origin + offset_s + k * period_s``."""
+        origin = self._grid_origin + offset_s
+        return origin + math.ceil((t - origin) / period_s) * period_s
+
+    def _phase_offset_s(self, ref: TargetRef) -> float:
+        """Where in the interval ``ref`` is due: a stable hash, the same in every replica
+        and after a restart."""
+        key = f"{ref.namespace}/{ref.name}".encode()
+        return (zlib.crc32(key) % self.tick_phases) * self._step_s
+
+    def _due_after(self, ref: TargetRef, due_t: float, start: float) -> float:
+        """With phases: the next time ``ref`` is due, on its phase, one polling interval
+        after ``due_t`` (the nearest grid point, as a classic tick rounds), and at least
+        half a tick after this read: a late target keeps its phase but is never read
+        again at once to catch up."""
+        interval = self.state.targets[ref].spec.policy.polling_interval
+        offset, period = self._phase_offset_s(ref), self.tick_interval_s
+        nxt = self._grid_after(due_t + interval - period / 2, offset, period)
+        if nxt - start < period / 2:
+            nxt = self._grid_after(start + period / 2, offset, period)
+        return nxt
 
     async def tick(self) -> list[Decision]:
         start = self.clock.now()
         # Half a tick of slack: a tick that wakes a hair early must not skip a target
         # whose polling interval equals the tick (that would halve its read rate).
-        slack = self.tick_interval_s / 2
-        due = [
-            ref
-            for ref, st in self.state.targets.items()
-            if self._next_due.get(ref, start) <= start + slack
-        ]
+        slack = self._step_s / 2
+        phased = self.tick_phases > 1
+        due: list[TargetRef] = []
+        due_at: dict[TargetRef, float] = {}
+        for ref in self.state.targets:
+            due_t = self._next_due.get(ref)
+            if due_t is None:  # new (or edited): now, or with phases its phase's next slot
+                if phased:
+                    due_t = self._grid_after(
+                        start - slack, self._phase_offset_s(ref), self.tick_interval_s
+                    )
+                    self._next_due[ref] = due_t
+                else:
+                    due_t = start
+            if due_t <= start + slack:
+                due.append(ref)
+                due_at[ref] = due_t
         if self.decides is not None:
             due = self._held_only(due)
         for ref in due:
-            interval = self.state.targets[ref].spec.policy.polling_interval
-            self._next_due[ref] = start + interval
-        results = await asyncio.gather(*(self._reconcile_guarded(ref) for ref in due))
+            if phased:
+                self._next_due[ref] = self._due_after(ref, due_at[ref], start)
+            else:
+                interval = self.state.targets[ref].spec.policy.polling_interval
+                self._next_due[ref] = start + interval
+        results = await asyncio.gather(*(self._reconcile_guarded(ref, due_at[ref]) for ref in due))
         self.state.ticks += 1
         self.state.ready = True
         self._log_summary(self.clock.now())
@@ -191,13 +246,16 @@ class ControlLoop:
                 self._planners.pop(ref, None)
         return keep
 
-    async def _reconcile_guarded(self, ref: TargetRef) -> Decision | None:
+    async def _reconcile_guarded(self, ref: TargetRef, due_t: float) -> Decision | None:
         """One target's reconcile; no exception of one target reaches the others."""
         try:
             decision = await self.reconcile(ref)
         except Exception as err:  # any type: a raw client TimeoutError must not stop the loop
             self._reconcile_failed(ref, err)
             return None
+        if decision is not None and self.observer is not None:
+            # how late the decision came: from when the target was due to decided
+            self.observer.observe_decision_lag(max(0.0, self.clock.now() - due_t))
         failed = self._failing.pop(ref, 0)
         st = self.state.targets.get(ref)
         if st is not None and st.condition and st.condition.startswith("ReconcileFailed"):

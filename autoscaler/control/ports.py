@@ -85,6 +85,10 @@ class DecisionObserver(Protocol):
 
     def observe_tick(self, duration_s: float) -> None: ...
 
+    def observe_decision_lag(self, lag_s: float) -> None:
+        """From when a target was due to its decision (seconds, >= 0)."""
+        ...
+
     def observe_scrape_error(self, ref: TargetRef) -> None: ...
 
     def observe_rejected(self, ref: TargetRef, reason: str, count: int) -> None:

@@ -324,8 +324,9 @@ async def measure(
     q = statistics.quantiles(window, n=100) if len(window) >= 2 else [float("nan")] * 99
     lags = [lag for t, lag in metrics.lag_log if start_t <= t <= start_t + wall]
     lag_q = statistics.quantiles(lags, n=100) if len(lags) >= 2 else [float("nan")] * 99
-    # ticks of the whole interval (a phased loop ticks tick_phases times per interval)
-    n_ticks = max(len(window) / max(args.tick_phases, 1), 1)
+    # ticks of the whole interval: a phased loop's ticks are phases (some skipped when
+    # one runs long), so there a tick is one decision per target
+    n_ticks = max(len(window) if args.tick_phases <= 1 else decisions / targets, 1)
     calls = end_calls["calls"] - start_calls["calls"]
     verbs = {
         k: v - start_calls["verbs"].get(k, 0)

@@ -20,14 +20,23 @@ import pytest
 from pydantic import ValidationError
 
 from autoscaler.api.metrics import ControllerMetrics
+from autoscaler.app import Controller
 from autoscaler.control.clock import FakeClock
 from autoscaler.control.loop import ControlLoop
 from autoscaler.control.ports import SignalReading, TargetView
 from autoscaler.control.state import ControllerState
 from autoscaler.domain import Decision, TargetRef
+from autoscaler.kube.config import api_client_for
+from autoscaler.kube.localapi.server import LocalKubeAPI
 from autoscaler.policy.schema import validate_policy
 from autoscaler.settings import Settings
 from autoscaler.store.base import StoredTarget, TargetSpec
+from tests.control.test_scrape_workers_wiring import (
+    cluster,  # noqa: F401 - a fixture
+    replicas,
+)
+from tests.support.waiting import until
+from tests.support.workloads import controller_settings
 
 EPS = 1e-6
 
@@ -86,13 +95,13 @@ def running(loop: ControlLoop) -> Iterator[None]:
 
 
 async def run_for(
-    n: int, phases: int, seconds: float, *, start: float = 100.0, **cluster: Any
+    n: int, phases: int, seconds: float, *, start: float = 100.0, **slow: Any
 ) -> tuple[Signals, ControllerMetrics, ControlLoop]:
     clock = FakeClock(start)
     signals, metrics = Signals(), ControllerMetrics()
     loop = ControlLoop(
         ControllerState(),
-        Cluster(clock, **cluster),
+        Cluster(clock, **slow),
         signals,
         clock=clock,
         observer=metrics,
@@ -207,3 +216,35 @@ def test_phases_out_of_range_are_refused(bad: int) -> None:
 def test_the_loop_refuses_a_phase_count_below_one() -> None:
     with pytest.raises(ValueError, match="tick_phases=0"):
         ControlLoop(ControllerState(), None, None, tick_phases=0)  # type: ignore[arg-type]
+
+
+async def test_the_controller_runs_its_loop_on_phases_and_scales(
+    cluster: LocalKubeAPI,  # noqa: F811 - the fixture imported above
+) -> None:
+    """The real composition (local API, a served vLLM page): phases from the settings,
+    and the target is scaled from its scrapes as with one phase."""
+    api = api_client_for(cluster.url)
+    ctl = Controller(controller_settings(leader_election=False, tick_phases=4), api, identity="a")
+    await ctl.start()
+    try:
+        assert ctl.loop is not None and ctl.loop.tick_phases == 4
+        await until(lambda: replicas(cluster) == 4, 20, "2 pods x 20 waiting / 10 each")
+    finally:
+        await ctl.stop()
+        await api.close()
+
+
+def test_the_tick_phases_flag_and_env_var_go_through_the_same_validation(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from autoscaler.cli import main
+
+    monkeypatch.delenv("AUTOSCALER_PROMETHEUS_URL", raising=False)
+    assert Settings.load().tick_phases == 1  # default: the classic tick
+    assert main(["run", "--tick-phases", "0", "--kubeconfig", "/nonexistent"]) == 1
+    assert "tick_phases: 0: Input should be greater than or equal to 1" in (capsys.readouterr().err)
+    monkeypatch.setenv("AUTOSCALER_TICK_PHASES", "10")
+    assert Settings.load().tick_phases == 10
+    monkeypatch.setenv("AUTOSCALER_PROMETHEUS_URL", "http://prom:9090")
+    assert main(["run", "--kubeconfig", "/nonexistent"]) == 1
+    assert "tick_phases=10 spreads pod scrapes" in capsys.readouterr().err

@@ -235,15 +235,17 @@ async def test_failover_mid_window_does_not_scale_down_inside_the_stabilization_
 async def test_scales_a_real_deployment_with_its_pods_scraped_by_worker_processes(
     kube: Kube, namespace: str, kubelet: FakeKubelet, controller_api: ApiClient
 ) -> None:
-    """`--scrape-workers 2` against the real control plane: the pods the ReplicaSet
-    controller made (found by the informers) are read by two worker processes, the
-    target scales on what they read, and stopping the controller ends (and reaps) the
-    workers."""
-    ctl = Controller(settings(scrape_workers=2), controller_api, identity="ctrl-workers")
+    """`--scrape-workers 2 --tick-phases 4` (the fleet configuration) against the real
+    control plane: the pods the ReplicaSet controller made (found by the informers) are
+    read by two worker processes on the target's tick phase, the target scales on what
+    they read, and stopping the controller ends (and reaps) the workers."""
+    ctl = Controller(
+        settings(scrape_workers=2, tick_phases=4), controller_api, identity="ctrl-workers"
+    )
     await ctl.start()
     pids: list[int] = []
     try:
-        assert ctl.loop is not None
+        assert ctl.loop is not None and ctl.loop.tick_phases == 4
         source = ctl.loop.signals.source  # type: ignore[attr-defined]
         dep, _ = await _one_pod_under_load(kube, namespace, kubelet, ctl)
         await _poll(kube, dep, lambda d: d["spec"]["replicas"] == 3, 30, "scale to 3")

@@ -17,12 +17,13 @@ from autoscaler.control.loop import ControlLoop
 from autoscaler.control.ports import TargetView
 from autoscaler.control.signals import SourceSignals
 from autoscaler.control.state import ControllerState
-from autoscaler.domain import Decision, Reason, TargetRef
+from autoscaler.domain import Reason, TargetRef
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
 from autoscaler.metrics.source import PodEndpoint
 from autoscaler.policy.schema import load_policy
 from autoscaler.store.base import StoredTarget, TargetSpec
 from tests.metrics.vllm_pods import FakeVllm, start_pods
+from tests.support.cluster_ports import NoWrites
 
 REF = TargetRef("demo", "llama")
 POLICY = {
@@ -34,7 +35,7 @@ POLICY = {
 
 
 @dataclass
-class PodsCluster:
+class PodsCluster(NoWrites):
     pods: tuple[PodEndpoint, ...]
     replicas: int = 4
     writes: list[int] = field(default_factory=list)
@@ -45,12 +46,6 @@ class PodsCluster:
     async def scale(self, spec: TargetSpec, replicas: int, resource_version: str) -> None:
         self.writes.append(replicas)
         self.replicas = replicas
-
-    async def set_warm_pool(self, spec: TargetSpec, replicas: int, peak: bool) -> None:
-        return None
-
-    async def record(self, spec: TargetSpec, decision: Decision, applied: bool) -> None:
-        return None
 
 
 @pytest.mark.parametrize(

@@ -18,17 +18,18 @@ from autoscaler.control.clock import FakeClock
 from autoscaler.control.loop import ControlLoop
 from autoscaler.control.ports import SignalReading, TargetView
 from autoscaler.control.state import HEALTHZ_STALE_TICKS, ControllerState
-from autoscaler.domain import Decision, TargetRef
+from autoscaler.domain import TargetRef
 from autoscaler.policy.schema import load_policy
 from autoscaler.store.base import StoredTarget, TargetSpec
 from autoscaler.store.file import FilePolicyStore
+from tests.support.cluster_ports import NoWrites
 
 REFS = [TargetRef("demo", f"t{i}") for i in range(4)]
 POLICY = load_policy({"maxReplicaCount": 20, "metrics": [{"signal": "waiting", "target": 4}]})
 
 
 @dataclass
-class FlakyCluster:
+class FlakyCluster(NoWrites):
     """Raises the given exception from ``observe`` for the named targets."""
 
     broken: dict[str, BaseException] = field(default_factory=dict)
@@ -38,15 +39,6 @@ class FlakyCluster:
         if err is not None:
             raise err
         return TargetView(2, 2, "1")
-
-    async def scale(self, spec: TargetSpec, replicas: int, resource_version: str) -> None:
-        return None
-
-    async def set_warm_pool(self, spec: TargetSpec, replicas: int, peak: bool) -> None:
-        return None
-
-    async def record(self, spec: TargetSpec, decision: Decision, applied: bool) -> None:
-        return None
 
 
 class Signals:

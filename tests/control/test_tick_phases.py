@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from autoscaler.control.clock import FakeClock
 from autoscaler.control.loop import ControlLoop
 from autoscaler.control.ports import SignalReading, TargetView
 from autoscaler.control.state import ControllerState
-from autoscaler.domain import Decision, TargetRef
+from autoscaler.domain import TargetRef
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi.server import LocalKubeAPI
 from autoscaler.policy.schema import validate_policy
@@ -35,6 +35,7 @@ from tests.control.test_scrape_workers_wiring import (
     cluster,  # noqa: F401 - a fixture
     replicas,
 )
+from tests.support.cluster_ports import NoWrites
 from tests.support.waiting import until
 from tests.support.workloads import controller_settings
 
@@ -42,7 +43,7 @@ EPS = 1e-6
 
 
 @dataclass
-class Cluster:
+class Cluster(NoWrites):
     """Steady at 2 replicas; ``observe`` takes ``slow_s`` of fake time while ``slow``."""
 
     clock: FakeClock
@@ -53,15 +54,6 @@ class Cluster:
         if self.clock.now() < self.slow_until:
             await self.clock.sleep(self.slow_s)
         return TargetView(2, 2, "1")
-
-    async def scale(self, spec: TargetSpec, replicas: int, resource_version: str) -> None:
-        return None
-
-    async def set_warm_pool(self, spec: TargetSpec, replicas: int, peak: bool) -> None:
-        return None
-
-    async def record(self, spec: TargetSpec, decision: Decision, applied: bool) -> None:
-        return None
 
 
 @dataclass
@@ -85,13 +77,15 @@ def fleet(n: int, polling_interval_s: float = 1.0) -> list[StoredTarget]:
     return [StoredTarget(TargetSpec(ref=ref, policy=policy), "1") for ref in refs]
 
 
-@contextmanager
-def running(loop: ControlLoop) -> Iterator[None]:
+@asynccontextmanager
+async def running(loop: ControlLoop) -> AsyncIterator[None]:
+    """The loop's task while the block runs; cancelled and awaited after (none leaks)."""
     task = asyncio.get_running_loop().create_task(loop.run())
     try:
         yield
     finally:
         task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def run_for(
@@ -108,7 +102,7 @@ async def run_for(
         tick_phases=phases,
     )
     loop.set_targets(fleet(n))
-    with running(loop):
+    async with running(loop):
         await clock.advance(0)
         step = 1.0 / phases / 4
         for _ in range(round(seconds / step)):  # small steps: every sub-tick runs on time
@@ -164,7 +158,7 @@ async def test_a_target_with_a_longer_polling_interval_is_read_at_that_interval(
     signals = Signals()
     loop = ControlLoop(ControllerState(), Cluster(clock), signals, clock=clock, tick_phases=5)
     loop.set_targets(fleet(10, polling_interval_s=3.0))
-    with running(loop):
+    async with running(loop):
         await clock.advance(0)
         for _ in range(200):
             await clock.advance(0.05)

@@ -15,11 +15,12 @@ from autoscaler.control.loop import ControlLoop
 from autoscaler.control.ports import TargetView
 from autoscaler.control.signals import SourceSignals
 from autoscaler.control.state import ControllerState
-from autoscaler.domain import Decision, Reason, TargetRef
+from autoscaler.domain import Reason, TargetRef
 from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.metrics.source import PodEndpoint
 from autoscaler.policy.schema import load_policy
 from autoscaler.store.base import StoredTarget, TargetSpec
+from tests.support.cluster_ports import NoWrites
 from tests.support.hanging import HangingServer
 from tests.support.waiting import until
 
@@ -112,18 +113,12 @@ async def test_a_hanging_prometheus_never_blocks_the_default_executor() -> None:
 
 
 @dataclass
-class Cluster:
+class Cluster(NoWrites):
     async def observe(self, spec: TargetSpec) -> TargetView:
         return TargetView(3, 3, "1", pods=tuple(PODS))
 
     async def scale(self, spec: TargetSpec, replicas: int, resource_version: str) -> None:
         raise AssertionError("must hold")
-
-    async def set_warm_pool(self, spec: TargetSpec, replicas: int, peak: bool) -> None:
-        return None
-
-    async def record(self, spec: TargetSpec, decision: Decision, applied: bool) -> None:
-        return None
 
 
 async def test_the_loop_keeps_ticking_and_holds_while_prometheus_hangs() -> None:

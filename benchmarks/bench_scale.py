@@ -530,23 +530,38 @@ def compare_workers(args: argparse.Namespace) -> None:
     """``--compare-workers K1 K2``: this tree with K1 then K2 scrape workers, alternately
     in fresh processes, ``--rounds`` times each per N; medians side by side."""
     k1, k2 = args.compare_workers
-    _compare_tree(args, "--compare-workers", ("workers", k1, k2), f"K={k1}", f"K={k2}")
+    _compare_tree(
+        args,
+        "--compare-workers",
+        (f"K={k1}", {"workers": k1}),
+        (f"K={k2}", {"workers": k2}),
+        f"scale_workers_k{k1}_vs_k{k2}.json",
+    )
 
 
 def compare_phases(args: argparse.Namespace) -> None:
     """``--compare-phases P1 P2``: this tree with P1 then P2 tick phases (and
     ``--scrape-workers``), alternately in fresh processes, ``--rounds`` times each per N."""
     p1, p2 = args.compare_phases
-    _compare_tree(args, "--compare-phases", ("phases", p1, p2), f"P={p1}", f"P={p2}")
+    _compare_tree(
+        args,
+        "--compare-phases",
+        (f"P={p1}", {"phases": p1}),
+        (f"P={p2}", {"phases": p2}),
+        f"scale_phases_p{p1}_vs_p{p2}.json",
+    )
 
 
 def _compare_tree(
-    args: argparse.Namespace, option: str, varied: tuple[str, int, int], l1: str, l2: str
+    args: argparse.Namespace,
+    option: str,
+    first: tuple[str, dict[str, int]],
+    second: tuple[str, dict[str, int]],
+    default_name: str,
 ) -> None:
-    """This tree with one setting at two values, alternately in fresh processes."""
-    setting, v1, v2 = varied
-    k1, k2 = (v1, v2) if setting == "workers" else (None, None)
-    p1, p2 = (v1, v2) if setting == "phases" else (None, None)
+    """This tree with two settings (a label and `_run_worker`'s keywords each),
+    alternately in fresh processes."""
+    (l1, kw1), (l2, kw2) = first, second
     head = tree_rev()
     document: dict[str, Any] = {
         "benchmark": f"bench_scale {option}",
@@ -560,9 +575,9 @@ def _compare_tree(
         before: list[dict[str, Any]] = []
         after: list[dict[str, Any]] = []
         for _ in range(args.rounds):
-            before.append(_run_worker(None, n, args, k1, p1))
+            before.append(_run_worker(None, n, args, **kw1))
             print(table([before[-1]]), flush=True)
-            after.append(_run_worker(None, n, args, k2, p2))
+            after.append(_run_worker(None, n, args, **kw2))
             print(table([after[-1]]), flush=True)
         table_rows, part = compared_table(
             f"N={n} targets x {args.pods} pods on {head}, median of {args.rounds} alternating "
@@ -581,7 +596,7 @@ def _compare_tree(
         }
     document["machine"]["load_after"] = os.getloadavg()
     document["markdown"] = markdown
-    name = args.out or f"scale_{setting}_{l1}_vs_{l2}.json".replace("=", "").lower()
+    name = args.out or default_name
     out = Path(name) if os.sep in name else RESULTS.with_name(name)  # a path, or a name there
     out.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote {out}", file=sys.stderr)

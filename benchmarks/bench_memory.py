@@ -7,11 +7,9 @@ Four parts, one run; nothing sleeps: scrape times come from a fake clock, so "10
 of 1 s scrapes" takes seconds (a full 60 s window is 60 scrapes, full histories are 600
 observations and 500 decisions).
 
-1. Per-pod scrape windows, before (`benchmarks/baseline/signals_014e8ae.py`: the windows
-   as landed in 014e8ae) and now (`autoscaler.metrics.signals`), side by side: bytes per
-   pod with full windows (tracemalloc), and CPU microseconds per pod per tick of
-   `observe` and of `aggregate` (8 pods per target), both implementations fed the same
-   snapshots in the same ticks (alternating which goes first).
+1. Per-pod scrape windows (`autoscaler.metrics.signals`): bytes per pod with full
+   windows (tracemalloc), and CPU microseconds per pod per tick of `observe` and of
+   `aggregate` (8 pods per target).
    Each pod's page is the vLLM V1 fixture (4 counters, TTFT and ITL histograms of 23 and
    20 buckets) with counters and buckets advancing on every scrape; like the parser's
    output, every snapshot has its own tuples.
@@ -22,7 +20,7 @@ observations and 500 decisions).
    its own copies of the decisions' messages, metrics and numbers, as the loop makes).
 3. The planner's state per target after those 700 ticks (not owned here; for the total).
 4. RSS of a fresh interpreter that imports the controller (`autoscaler.app`) and holds
-   N targets x 8 pods of full windows (each implementation), N full histories and N
+   N targets x 8 pods of full windows, N full histories and N
    planners: VmRSS before and after building them.
 
 Prints a table; writes benchmarks/results/memory.json.
@@ -50,9 +48,6 @@ ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from baseline import history_014e8ae as history_before  # noqa: E402
-from baseline import signals_014e8ae as before  # noqa: E402
-
 from autoscaler.control import history as history_now  # noqa: E402
 from autoscaler.control.clock import FakeClock  # noqa: E402
 from autoscaler.control.ports import SignalReading, TargetView  # noqa: E402
@@ -73,8 +68,10 @@ POLICY = {  # bench_scale.py's
     "metrics": [{"signal": "running", "target": 42}],
     "prediction": {"enabled": True},
 }
-IMPLEMENTATIONS: dict[str, ModuleType] = {"before": before, "now": now}
-HISTORIES: dict[str, ModuleType] = {"before": history_before, "now": history_now}
+# One implementation each (another revision's side by side: benchmarks/revisions.py, as
+# bench_rss.py --baseline REV does for the whole process).
+IMPLEMENTATIONS: dict[str, ModuleType] = {"now": now}
+HISTORIES: dict[str, ModuleType] = {"now": history_now}
 Recorded = list[tuple[Observation, Decision]]
 # deepcopy of a planner (its read-only mappings): copy the mapping, wrap it again
 copyreg.pickle(MappingProxyType, lambda m: (MappingProxyType, (dict(m),)))
@@ -123,7 +120,7 @@ def window_memory(pods: int, seconds: int) -> dict[str, dict[str, float]]:
     for name, impl in IMPLEMENTATIONS.items():
         used, kept = traced_bytes(lambda impl=impl: fill(impl, pods, seconds))
         h = kept[0]  # type: ignore[index]
-        points = len(h.points) if name == "before" else len(h.rows)
+        points = len(h.rows)
         out[name] = {"bytes_per_pod": used / pods, "points_per_pod": points}
         del kept
     return out
@@ -363,20 +360,16 @@ def main() -> None:
         )
     print(table(rows))
     print()
-    per_target = [["per target (full)", "before KB", "now KB", "now, MB at 1,000 targets"]]
+    per_target = [["per target (full)", "KB", "MB at 1,000 targets"]]
     for part in ("observations", "decisions"):
-        key = f"{part}_bytes_per_target"
-        b, n = hist["before"][key], hist["now"][key]
-        per_target.append([part, f"{b / 1000:.1f}", f"{n / 1000:.1f}", f"{n * 1000 / 1e6:.1f}"])
+        n = hist["now"][f"{part}_bytes_per_target"]
+        per_target.append([part, f"{n / 1000:.1f}", f"{n * 1000 / 1e6:.1f}"])
     p = hist["planner_bytes_per_target"]
-    per_target.append(
-        ["planner state (not owned here)", f"{p / 1000:.1f}", "same", f"{p / 1e3:.1f}"]
-    )
+    per_target.append(["planner state (not owned here)", f"{p / 1000:.1f}", f"{p / 1e3:.1f}"])
     windows = {name: POD_PER_TARGET * mem[name]["bytes_per_pod"] for name in IMPLEMENTATIONS}
     per_target.append(
         [
             "windows, 8 pods",
-            f"{windows['before'] / 1000:.1f}",
             f"{windows['now'] / 1000:.1f}",
             f"{windows['now'] * 1000 / 1e6:.1f}",
         ]
@@ -391,7 +384,6 @@ def main() -> None:
     per_target.append(
         [
             "**total**",
-            f"{total['before'] / 1000:.1f}",
             f"{total['now'] / 1000:.1f}",
             f"{total['now'] * 1000 / 1e6:.1f}",
         ]

@@ -557,7 +557,7 @@ def components(ctl: Any, source: Any) -> dict[str, float]:
         ),
         ("/metrics collector", [ctl.metrics]),
         ("pod scrape connections + buffers", [getattr(source, "_http", None)]),
-        ("kube clients, adapters, recorder", [ctl.cluster, ctl.api, ctl.elector]),
+        ("kube clients, adapters, recorder", [ctl.cluster, ctl.api, ctl.leases]),
         ("REST + gRPC servers", [ctl.http, ctl.grpc]),
     ):
         out[name] = walk(roots)

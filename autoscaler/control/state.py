@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from autoscaler.control.clock import Clock
 from autoscaler.control.history import DecisionHistory, ObservationRing
 from autoscaler.domain import Decision, Observation, TargetRef
-from autoscaler.store.base import TargetSpec
+from autoscaler.target import TargetSpec
 
 HISTORY_LEN = 500
 OBSERVATIONS_LEN = 600

@@ -1,7 +1,8 @@
 """The composition root: the controller process `llm-autoscaler run` starts, as one object.
 
 Composition only (no decisions here): a policy store (the LLMAutoscaler CRD in a
-cluster, a file locally), Kubernetes adapters, a metrics source, leader election, the
+cluster, a file locally), Kubernetes adapters, a metrics source, leadership (the shard
+Leases of `kube.sharding`; one shard is leader election), the
 control loop, the REST API and the KEDA gRPC scaler. `start`/`stop` are explicit so tests
 can run two controllers against one API endpoint. It sits above every layer it wires
 (control, api, keda, kube, metrics, store), so none of them imports another's wiring;
@@ -37,7 +38,6 @@ from autoscaler.kube.cache import ClusterCache
 from autoscaler.kube.capacity import GpuCapacity
 from autoscaler.kube.config import KubeClients
 from autoscaler.kube.events import EventRecorder
-from autoscaler.kube.leader import LeaderElector, LeaseConfig
 from autoscaler.kube.sharding import ShardConfig, ShardManager, ShardStatus
 from autoscaler.kube.warmpool import WarmPoolManager
 from autoscaler.logging import get_logger
@@ -98,14 +98,17 @@ class Controller:
     metrics: ControllerMetrics = field(default_factory=ControllerMetrics)
     http: HttpServerHandle | None = None
     grpc: GrpcServerHandle | None = None
-    elector: LeaderElector | None = None
-    shards: ShardManager | None = None  # instead of `elector` when settings.shards > 1
+    leases: ShardManager | None = None  # None: leader_election false (always the writer)
     loop: ControlLoop | None = None
     store: PolicyStore | None = None
     cache: ClusterCache | None = None
     cluster: KubeCluster | None = None
     _tasks: TaskGroup = field(default_factory=lambda: TaskGroup("controller"))
     _shards_held: Gauge | None = None
+    _shard_held: Gauge | None = None
+    _recorder: EventRecorder | None = None
+    _held: tuple[int, ...] = ()
+    _stopping: bool = False
     _closers: list[Any] = field(default_factory=list)
 
     def _store(self) -> tuple[PolicyStore, StatusWriterPort | None]:
@@ -144,19 +147,35 @@ class Controller:
         log.info("leadership changed", identity=self.identity, leader=leader)
 
     def _on_shards_change(self, status: ShardStatus) -> None:
+        """Status (/readyz, /v1), metrics, a log line and an Event on each Lease taken or
+        given up say which shards this replica holds."""
         leader = bool(status.writable)
         if leader != self.state.is_leader:
             log.info("leadership changed", identity=self.identity, leader=leader)
         self.state.is_leader = leader
         self.state.leadership = status.as_dict()
         self.metrics.is_leader.set(1.0 if leader else 0.0)
-        if self._shards_held is None:  # registered only when sharded (golden /metrics)
+        if self._shards_held is None:
             self._shards_held = Gauge(
                 "llm_autoscaler_shards_held",
-                "Shard Leases this instance holds (settings.shards > 1).",
+                "Shard Leases this instance holds (one shard: the leader Lease).",
                 registry=self.metrics.registry,
             )
+            self._shard_held = Gauge(
+                "llm_autoscaler_shard_held",
+                "1 for each shard whose Lease this instance holds, by shard number.",
+                ["shard"],
+                registry=self.metrics.registry,
+            )
+        assert self._shard_held is not None
         self._shards_held.set(len(status.held))
+        taken = sorted(set(status.held) - set(self._held))
+        gone = sorted(set(self._held) - set(status.held))
+        for k in taken:
+            self._shard_held.labels(shard=str(k)).set(1.0)
+        for k in gone:
+            self._shard_held.remove(str(k))
+        self._held = status.held
         log.info(
             "shards changed",
             identity=self.identity,
@@ -165,11 +184,32 @@ class Controller:
             members=len(status.members),
             blocked=status.blocked,
         )
+        if self.leases is not None and (taken or gone) and not self._stopping:
+            self._tasks.spawn("lease-events", self._lease_events(taken, gone))
+
+    async def _lease_events(self, taken: list[int], gone: list[int]) -> None:
+        """client-go's leader-election Events, on each Lease: "<identity> became leader",
+        "<identity> stopped leading" (``kubectl describe lease`` shows them)."""
+        if self._recorder is None or self.leases is None:
+            return
+        cfg = self.leases.config
+        for ks, verb in ((taken, "became leader"), (gone, "stopped leading")):
+            for k in ks:
+                involved = {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "name": cfg.shard_lease(k),
+                    "namespace": cfg.namespace,
+                }
+                shard = "" if cfg.shards == 1 else f" of shard {k}/{cfg.shards}"
+                await self._recorder.emit_on(
+                    involved, "LeaderElection", f"{self.identity} {verb}{shard}", warning=False
+                )
 
     def _reports_invalid(self) -> bool:
-        """Who writes validation failures: the leader, or the holder of shard 0."""
-        if self.shards is not None:
-            return self.shards.writable(0)
+        """Who writes validation failures: the holder of shard 0 (the leader)."""
+        if self.leases is not None:
+            return self.leases.writable(0)
         return self.state.is_leader
 
     async def start(self) -> None:
@@ -181,35 +221,25 @@ class Controller:
         clients = KubeClients.split(self.api)
         self._closers.append(clients.close)
         leader: LeaderPort = AlwaysLeader()
-        timings = {
-            "lease_duration_s": s.lease_duration_s,
-            "renew_deadline_s": s.lease_duration_s * 2 / 3,
-            "retry_period_s": max(s.lease_duration_s / 7.5, 0.1),
-        }
-        if s.leader_election and s.shards > 1:
-            self.shards = ShardManager(
+        if s.leader_election:
+            self.leases = ShardManager(
                 clients.lease,
                 ShardConfig(
                     namespace=_lease_namespace(s),
                     shards=s.shards,
                     prefix=s.shard_lease_prefix,
-                    legacy_lease=s.lease_name,
-                    **timings,
+                    leader_lease=s.lease_name,
+                    lease_duration_s=s.lease_duration_s,
+                    renew_deadline_s=s.lease_duration_s * 2 / 3,
+                    retry_period_s=max(s.lease_duration_s / 7.5, 0.1),
                 ),
                 self.identity,
                 watch_api=clients.watch,
             )
-            self.shards.start()
-            self._closers.append(self.shards.stop)
-            leader = self.shards
-            self._on_shards_change(self.shards.status())
-        elif s.leader_election:
-            self.elector = LeaderElector(
-                clients.lease,
-                LeaseConfig(namespace=_lease_namespace(s), name=s.lease_name, **timings),
-                self.identity,
-            )
-            leader = self.elector
+            self.leases.start()
+            self._closers.append(self.leases.stop)
+            leader = self.leases
+            self._on_shards_change(self.leases.status())
         else:
             self._on_leader_change(True)
         cache = ClusterCache(clients.watch)
@@ -217,6 +247,7 @@ class Controller:
         cache.start()
         self._closers.append(cache.stop)
         recorder = EventRecorder(self.api, instance=self.identity)
+        self._recorder = recorder
         cluster = KubeCluster(
             self.api,
             cache=cache,
@@ -242,8 +273,8 @@ class Controller:
             # Process-wide advisory or keda: never write replicas (KEDA's HPA owns them).
             dry_run=s.mode in ("advisory", "keda"),
             decides=(
-                self.shards.can_write
-                if self.shards is not None and s.shard_scope == "held"
+                self.leases.can_write
+                if self.leases is not None and s.shard_scope == "held"
                 else None
             ),
         )
@@ -253,10 +284,8 @@ class Controller:
         self.grpc = await serve_grpc(
             self.state, s.grpc.host, s.grpc.port, tls=GrpcTls.from_settings(s.grpc)
         )
-        if self.elector is not None:
-            self._tasks.spawn("leader-election", self.elector.run(self._on_leader_change))
-        if self.shards is not None:
-            self._tasks.spawn("shard-leases", self.shards.run(self._on_shards_change))
+        if self.leases is not None:
+            self._tasks.spawn("leases", self.leases.run(self._on_shards_change))
         self._tasks.spawn("policy-watch", self._follow(store))
         if isinstance(store, CrdPolicyStore):
             self._tasks.spawn("invalid-report", self._report_invalid(store, recorder))
@@ -291,13 +320,11 @@ class Controller:
 
     async def stop(self) -> None:
         """Stop writing first (loop, lease), then stop serving."""
+        self._stopping = True
         await self._tasks.stop()
-        if self.elector is not None:
+        if self.leases is not None:
             with contextlib.suppress(Exception):
-                await self.elector.release()
-        if self.shards is not None:
-            with contextlib.suppress(Exception):
-                await self.shards.release_all()
+                await self.leases.release_all()
         for close in reversed(self._closers):
             with contextlib.suppress(Exception):
                 await close()

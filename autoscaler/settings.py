@@ -120,9 +120,11 @@ class Settings(BaseSettings):
     # ``namespace``, else "default". The shipped Role grants Leases only in llm-autoscaler.
     lease_namespace: str | None = None
     lease_duration_s: float = Field(default=15.0, gt=0)
-    # Sharded leadership (docs/architecture.md "Beyond one process"): 1 keeps the single
-    # Lease `lease_name`; N > 1 splits the targets over N shard Leases
-    # ``<shard_lease_prefix>-shard-<k>`` held by whichever replicas are alive.
+    # Leadership is shard Leases (kube/sharding.py, docs/architecture.md "Beyond one
+    # process"): 1 = one shard whose Lease is `lease_name` (leader election); N > 1 splits
+    # the targets over N Leases ``<shard_lease_prefix>-shard-<k>`` held by whichever
+    # replicas are alive. Sizing (docs/install.md): Lease writes are (N + replicas) per
+    # retry period (lease_duration_s / 7.5) whatever the target count.
     shards: int = 1
     shard_lease_prefix: str = "llm-autoscaler"
     # Which targets a sharded replica reconciles: "all" (every replica decides and serves

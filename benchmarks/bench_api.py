@@ -130,8 +130,8 @@ async def controller(args: argparse.Namespace) -> dict[str, Any]:
     from autoscaler.domain import DecisionState, Observation, TargetRef
     from autoscaler.policy.core import decide
     from autoscaler.policy.schema import load_policy
-    from autoscaler.store.base import TargetSpec
     from autoscaler.store.file import FilePolicyStore
+    from autoscaler.target import TargetSpec
 
     tmp = tempfile.TemporaryDirectory(prefix="bench-api-")
     state = ControllerState()

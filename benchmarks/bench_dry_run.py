@@ -111,8 +111,8 @@ async def serve_and_measure(name: str, args: argparse.Namespace) -> dict[str, An
     from autoscaler.domain import DecisionState, Observation, TargetRef
     from autoscaler.policy.core import decide
     from autoscaler.policy.schema import load_policy
-    from autoscaler.store.base import TargetSpec
     from autoscaler.store.file import FilePolicyStore
+    from autoscaler.target import TargetSpec
 
     limits = DryRunLimits.unlimited() if name == "unlimited" else DryRunLimits()
     tmp = tempfile.TemporaryDirectory(prefix="bench-dry-run-")

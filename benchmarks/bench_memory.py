@@ -199,7 +199,8 @@ async def _record_target(ticks: int) -> tuple[Recorded, object]:
     from autoscaler.control.state import ControllerState
     from autoscaler.domain import TargetRef
     from autoscaler.policy.schema import load_policy
-    from autoscaler.store.base import StoredTarget, TargetSpec
+    from autoscaler.store.base import StoredTarget
+    from autoscaler.target import TargetSpec
 
     state = ControllerState()
     published: list[tuple[Any, Any]] = []

@@ -48,7 +48,7 @@ from reaction.world import REF, WAITING_TARGET, BenchError, World  # noqa: E402
 
 from autoscaler.logging import configure_logging  # noqa: E402
 from autoscaler.policy.schema import load_policy  # noqa: E402
-from autoscaler.store.base import ScaleTargetRef, TargetSpec  # noqa: E402
+from autoscaler.target import ScaleTargetRef, TargetSpec  # noqa: E402
 
 # Re-exported for tests/bench/test_bench_reaction_smoke.py, which drives one burst per chain.
 __all__ = [

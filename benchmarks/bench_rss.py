@@ -347,7 +347,7 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
     ("autoscaler/kube/selectors.py", "informer caches (pods, workloads, nodes) + pod index"),
     ("autoscaler/kube/gpu.py", "informer caches (pods, workloads, nodes) + pod index"),
     ("autoscaler/store/", "policy store: LLMAutoscaler specs + CRD cache"),
-    ("autoscaler/kube/crd.py", "policy store: LLMAutoscaler specs + CRD cache"),
+    ("autoscaler/target.py", "policy store: LLMAutoscaler specs + CRD cache"),
     ("autoscaler/policy/schema.py", "policy store: LLMAutoscaler specs + CRD cache"),
     ("autoscaler/policy/", "decision objects (policy core)"),
     ("autoscaler/control/history.py:decisions", "decision histories"),
@@ -557,7 +557,7 @@ def components(ctl: Any, source: Any) -> dict[str, float]:
         ),
         ("/metrics collector", [ctl.metrics]),
         ("pod scrape connections + buffers", [getattr(source, "_http", None)]),
-        ("kube clients, adapters, recorder", [ctl.cluster, ctl.api, ctl.elector]),
+        ("kube clients, adapters, recorder", [ctl.cluster, ctl.api, ctl.leases]),
         ("REST + gRPC servers", [ctl.http, ctl.grpc]),
     ):
         out[name] = walk(roots)

@@ -1,28 +1,38 @@
-"""Sharded leadership: R replicas x S shard Leases x T targets on the local API endpoint.
+"""Leadership Leases: R replicas x S shard Leases x T targets on the local API endpoint.
 
 Run: nice -n 10 .venv/bin/python benchmarks/bench_shards.py [--rows 3x16x200 10x64x10000]
-     [--lease-duration 15] [--steady 10] [--baseline]
+     [--lease-duration 15] [--steady 10] [--overlay-targets 500] [--busy-ms 200]
+     [--busy-s 10]
 (writes benchmarks/results/shards.json)
 
 Each replica is a `ShardManager` running its production loop (`run`: a step every retry
-period and on every Lease change, its own ApiClient and Lease watch), all against one local
-API endpoint in this process; timings are the production ratios (renew deadline 2/3 and
-retry period 1/7.5 of the lease duration, as `Controller` derives them). Per row:
+period and on every Lease change, its own Lease ApiClient with the production pool size
+and its own Lease watch), all against one local API endpoint in this process; timings are
+the production ratios (renew deadline 2/3 and retry period 1/7.5 of the lease duration, as
+`Controller` derives them).
+
+**Overlay** (first table): 2 replicas with the shipped sharded overlay's shard count
+(deploy/overlays/sharded/config.yaml) at ``--overlay-targets`` targets, side by side with
+the settings before it (64 shards, every take sent at once into the 2-connection Lease
+pool) and with 64 shards under the in-flight limit alone. Start-up: both replicas start
+together while, for the first ``--busy-s`` seconds, the API server answers every Lease
+write in ``--busy-ms`` (as when both replicas list the whole fleet at once); counted
+until every shard is held once the API is calm again: Lease writes that failed with an
+unknown outcome (``lease write failed``: timeout, connection).
+Steady: Lease requests/s over ``--steady`` seconds once every shard is held, per target.
+
+**Rows** (second table), per R x S x T:
 
 - spread: from start until every shard is writable by exactly one replica, each holding its
-  rendezvous share;
+  bounded-rendezvous share;
 - steady Lease requests/s (all replicas, counted by the endpoint, by verb) over ``--steady``
   seconds, and per replica; expected (S + R) / retry period (one replace per held shard and
   per member Lease; no GET);
 - lost replica: the one holding the most shards stops dead (no release); time until all its
   shards (and so its targets) are writable by the others, against the bound
   lease_duration + retry_period;
-- join: a new replica starts; time until it writes its rendezvous share;
+- join: a new replica starts; time until it writes its share;
 - clean stop: a replica calls `release_all`; time until its shards are writable elsewhere.
-
-``--baseline`` also runs, after each row, the design this replaces (every replica one
-polling `LeaderElector` per shard: a GET per shard per retry period to see expiries, plus
-the holder's replace) for the same steady window, and prints the ratio.
 
 Throughout, every 5 ms, it checks that no shard is writable by two replicas, counting the
 dead one as long as its own clock lets it write (a sampled check: the tests check it after
@@ -35,6 +45,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 import time
@@ -42,14 +53,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autoscaler.kube.config import api_client_for
-from autoscaler.kube.leader import LeaderElector, LeaseConfig
+import yaml
+
+from autoscaler.kube.config import LEASE_POOL, api_client_for
 from autoscaler.kube.localapi import LocalKubeAPI
 from autoscaler.kube.sharding import ShardConfig, ShardManager, assign, shard_of
 from autoscaler.logging import configure_logging
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "shards.json"
+OVERLAY = ROOT / "deploy" / "overlays" / "sharded" / "config.yaml"
 NS = "llm-autoscaler"
 
 
@@ -63,7 +76,7 @@ class Fleet:
         self.double: list[tuple[float, int, list[str]]] = []
 
     def add(self, who: str) -> ShardManager:
-        api = api_client_for(self.kube.url)
+        api = api_client_for(self.kube.url, pool_maxsize=LEASE_POOL)
         self._apis.append(api)
         m = ShardManager(api, self.cfg, who)
         m.start()
@@ -134,13 +147,7 @@ async def run_row(
     replicas: int, shards: int, targets: int, args: argparse.Namespace
 ) -> dict[str, Any]:
     d = args.lease_duration
-    cfg = ShardConfig(
-        namespace=NS,
-        shards=shards,
-        lease_duration_s=d,
-        renew_deadline_s=d * 2 / 3,
-        retry_period_s=max(d / 7.5, 0.1),
-    )
+    cfg = ShardConfig(namespace=NS, shards=shards, **timings(d))
     per_shard = [0] * shards
     for t in range(targets):
         per_shard[shard_of(f"ns{t % 10}", f"model-{t}", shards)] += 1
@@ -203,40 +210,84 @@ async def run_row(
     }
 
 
-async def polled_baseline(replicas: int, shards: int, args: argparse.Namespace) -> float:
-    """Lease requests/s of the design this replaces: every replica runs one
-    `LeaderElector` per shard (a GET per shard and retry period, to see expiries without
-    a watch, plus the holder's replace), measured over the same steady window."""
-    d = args.lease_duration
+def timings(d: float) -> dict[str, float]:
+    return {
+        "lease_duration_s": d,
+        "renew_deadline_s": d * 2 / 3,
+        "retry_period_s": max(d / 7.5, 0.1),
+    }
+
+
+def overlay_shards() -> int:
+    doc = yaml.safe_load(OVERLAY.read_text())
+    return int(doc["data"]["AUTOSCALER_SHARDS"])
+
+
+async def overlay_row(
+    label: str, shards: int, in_flight: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """2 replicas start together on a busy API server, then hold their shards."""
+    cfg = ShardConfig(
+        namespace=NS, shards=shards, max_in_flight=in_flight, **timings(args.lease_duration)
+    )
+    targets = args.overlay_targets
     async with LocalKubeAPI() as kube:
-        apis = [api_client_for(kube.url) for _ in range(replicas)]
-        tasks = []
+        fleet = Fleet(kube, cfg)
+        busy = [
+            kube.inject("/leases", None, method=m, delay_s=args.busy_ms / 1000, times=10**9)
+            for m in ("POST", "PUT")
+        ]
+
+        async def calm_down() -> None:
+            await asyncio.sleep(args.busy_s)
+            for f in busy:
+                kube.faults.remove(f)
+
+        calm = asyncio.get_running_loop().create_task(calm_down())
         try:
-            for r, api in enumerate(apis):
-                for k in range(shards):
-                    e = LeaderElector(
-                        api,
-                        LeaseConfig(
-                            namespace=NS,
-                            name=f"llm-autoscaler-shard-{k}",
-                            lease_duration_s=d,
-                            renew_deadline_s=d * 2 / 3,
-                            retry_period_s=max(d / 7.5, 0.1),
-                        ),
-                        f"replica-{r}",
-                    )
-                    tasks.append(asyncio.get_running_loop().create_task(e.run()))
-            await asyncio.sleep(max(d / 7.5, 0.1) * 2)  # everyone has stepped: leases exist
+            for r in range(2):
+                fleet.add(f"replica-{r}")
+            spread_s = await fleet.until(fleet.converged, args.busy_s + 10 * args.lease_duration)
+            await calm
+            failures = sum(m.write_failures for m in fleet.managers.values())
             before = len(kube.calls)
-            start = time.monotonic()
-            await asyncio.sleep(args.steady)
-            return sum(lease_calls(kube, before).values()) / (time.monotonic() - start)
+            t0 = time.monotonic()
+            await fleet.until(lambda: time.monotonic() - t0 >= args.steady, 10 * args.steady)
+            window = time.monotonic() - t0
+            steady = lease_calls(kube, before)
         finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for api in apis:
-                await api.close()
+            calm.cancel()
+            await fleet.close()
+    rps = sum(steady.values()) / window
+    return {
+        "settings": label,
+        "replicas": 2,
+        "shards": shards,
+        "lease_requests_in_flight": in_flight,
+        "targets": targets,
+        "busy_ms": args.busy_ms,
+        "busy_s": args.busy_s,
+        "startup_spread_s": round(spread_s, 2),
+        "startup_lease_write_failures": failures,
+        "steady_lease_requests_per_s": round(rps, 2),
+        "steady_by_verb": steady,
+        "steady_lease_requests_per_target_s": round(rps / targets, 4),
+        "two_writers_seen": len(fleet.double),
+    }
+
+
+def overlay_table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| settings (2 replicas) | shards | Lease requests in flight | start-up: lease write "
+        "failures (busy API, spread s) | steady Lease requests/s | per target/s |\n"
+        "|---|---|---|---|---|---|\n"
+    )
+    return head + "".join(
+        f"| {r['settings']} | {r['shards']} | {r['lease_requests_in_flight']} "
+        f"| {r['startup_lease_write_failures']} ({r['startup_spread_s']} s) "
+        f"| {r['steady_lease_requests_per_s']} | {r['steady_lease_requests_per_target_s']} |\n"
+        for r in rows
+    )
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -254,49 +305,47 @@ def table(rows: list[dict[str, Any]]) -> str:
         f"{r['stop_move_s']:.2f} s | {r['two_writers_seen']} |\n"
         for r in rows
     )
-    polled = [r for r in rows if "polled_baseline_requests_per_s" in r]
-    if polled:
-        body += (
-            "\n| R x S | Lease req/s: one watch (this) | one polling LeaderElector per shard "
-            "per replica | ratio |\n|---|---|---|---|\n"
-        )
-        body += "".join(
-            f"| {r['replicas']} x {r['shards']} | {r['steady_lease_requests_per_s']} "
-            f"| {r['polled_baseline_requests_per_s']} | {r['polled_over_watched']}x |\n"
-            for r in polled
-        )
     return head + body
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", nargs="+", default=["3x16x200", "10x64x10000"])
+    parser.add_argument("--rows", nargs="*", default=["3x16x200", "10x64x10000"])
     parser.add_argument("--lease-duration", type=float, default=15.0)
     parser.add_argument("--steady", type=float, default=10.0)
+    parser.add_argument("--overlay-targets", type=int, default=500)
     parser.add_argument(
-        "--baseline",
-        action="store_true",
-        help="also measure one polling LeaderElector per shard per replica (the design "
-        "this replaces), over the same steady window, side by side",
+        "--busy-ms",
+        type=float,
+        default=200.0,
+        help="how long the API server takes to answer each Lease write at start-up",
+    )
+    parser.add_argument(
+        "--busy-s", type=float, default=10.0, help="how long start-up keeps it that busy"
     )
     args = parser.parse_args()
-    configure_logging(fmt="console", level="WARNING")
+    configure_logging(fmt="console", level="ERROR")
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)  # clients that gave up
+    command = " ".join(["benchmarks/bench_shards.py", *sys.argv[1:]])
+    overlay = [
+        asyncio.run(overlay_row("before: 64 shards, every take sent at once", 64, 10**6, args)),
+        asyncio.run(overlay_row("64 shards, in flight <= the Lease pool", 64, LEASE_POOL, args)),
+        asyncio.run(overlay_row("shipped overlay", overlay_shards(), LEASE_POOL, args)),
+    ]
+    print(overlay_table(overlay), flush=True)
     rows = []
     for spec in args.rows:
         r, s, t = (int(x) for x in spec.split("x"))
         row = asyncio.run(run_row(r, s, t, args))
-        if args.baseline:
-            polled = asyncio.run(polled_baseline(r, s, args))
-            row["polled_baseline_requests_per_s"] = round(polled, 2)
-            row["polled_over_watched"] = round(polled / row["steady_lease_requests_per_s"], 1)
-        row["command"] = " ".join(["benchmarks/bench_shards.py", *sys.argv[1:]])
         rows.append(row)
         print(table([row]), flush=True)
     document = {
         "benchmark": "bench_shards",
+        "command": command,
         "machine": {"cpus": os.cpu_count()},
+        "overlay": overlay,
         "rows": rows,
-        "markdown": table(rows),
+        "markdown": overlay_table(overlay) + "\n" + table(rows),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(document, indent=2) + "\n")

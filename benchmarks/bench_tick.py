@@ -80,7 +80,8 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
     from autoscaler.domain import Decision, TargetRef
     from autoscaler.logging import configure_logging
     from autoscaler.policy.schema import load_policy
-    from autoscaler.store.base import StoredTarget, TargetSpec
+    from autoscaler.store.base import StoredTarget
+    from autoscaler.target import TargetSpec
 
     configure_logging("json", "INFO", stream=io.StringIO())  # production format, not shown
     pods = 8

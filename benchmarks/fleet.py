@@ -23,9 +23,8 @@ def populate(kube: Any, targets: int, pods: int, policy: Any, metrics_port: int)
     ``pod_ip(g)``, scraped on ``metrics_port``) and one LLMAutoscaler per Deployment with
     ``policy``, created on ``kube`` (a running ``LocalKubeAPI``)."""
     from autoscaler.domain import TargetRef
-    from autoscaler.kube.crd import spec_to_object
-    from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL
-    from autoscaler.store.base import ScaleTargetRef, TargetSpec
+    from autoscaler.names import CRD_GROUP, CRD_PLURAL
+    from autoscaler.target import ScaleTargetRef, TargetSpec, spec_to_object
 
     for t in range(targets):
         name = f"m{t:04d}"

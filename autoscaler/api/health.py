@@ -52,7 +52,7 @@ def health_router(ctx: ApiContext) -> APIRouter:
             "problems": problems,
             "leader": state.is_leader,
         }
-        if state.leadership is not None:  # sharded: which shards this replica holds
+        if state.leadership is not None:  # which shards (Leases) this replica holds
             body["leadership"] = state.leadership
         return SafeJSONResponse(body, status_code=200 if not problems else 503)
 

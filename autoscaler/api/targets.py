@@ -34,8 +34,8 @@ from autoscaler.policy.document import (
     profile_names,
 )
 from autoscaler.policy.schema import Policy
-from autoscaler.store.base import NotFound, PreconditionFailed, StoredTarget, TargetSpec
-from autoscaler.store.file import target_spec_from_dict, target_spec_to_dict
+from autoscaler.store.base import NotFound, PreconditionFailed, StoredTarget
+from autoscaler.target import TargetSpec, target_spec_from_dict, target_spec_to_dict
 
 log = get_logger(__name__)
 

@@ -13,12 +13,12 @@ from autoscaler.domain import Decision, Forecast, TargetRef
 from autoscaler.errors import AutoscalerError, PermanentError
 from autoscaler.forecast.planner import Planner, PlannerConfig
 from autoscaler.kube.cache import ClusterCache, spec_selector
-from autoscaler.kube.crd import Condition, overrides_condition
 from autoscaler.kube.scale import ScaleClient, ScaleInfo, WorkloadRecord
 from autoscaler.logging import get_logger
 from autoscaler.metrics.source import PodEndpoint
 from autoscaler.policy.status import PolicyStatus
-from autoscaler.store.base import TargetSpec
+from autoscaler.target import TargetSpec
+from autoscaler.target_status import Condition, overrides_condition
 
 log = get_logger(__name__)
 

@@ -42,7 +42,8 @@ from autoscaler.domain import Decision, DecisionState, Forecast, Observation, Ta
 from autoscaler.errors import ActuationError, AutoscalerError, ConflictError
 from autoscaler.logging import get_logger
 from autoscaler.policy.core import decide, initial_state
-from autoscaler.store.base import StoredTarget, TargetSpec
+from autoscaler.store.base import StoredTarget
+from autoscaler.target import TargetSpec
 
 log = get_logger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from autoscaler.domain import Decision, Forecast, TargetRef
 from autoscaler.metrics.source import PodEndpoint  # a ready pod and its metrics URL
-from autoscaler.store.base import TargetSpec
+from autoscaler.target import TargetSpec
 
 
 @dataclass(frozen=True, slots=True)

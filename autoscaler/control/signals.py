@@ -5,7 +5,7 @@ from __future__ import annotations
 from autoscaler.control.ports import SignalReading, TargetView
 from autoscaler.domain import TargetRef
 from autoscaler.metrics.source import MetricSource
-from autoscaler.store.base import TargetSpec
+from autoscaler.target import TargetSpec
 
 
 class SourceSignals:

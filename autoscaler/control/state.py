@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from autoscaler.control.clock import Clock
 from autoscaler.control.history import DecisionHistory, ObservationRing
 from autoscaler.domain import Decision, Observation, TargetRef
-from autoscaler.store.base import TargetSpec
+from autoscaler.target import TargetSpec
 
 HISTORY_LEN = 500
 OBSERVATIONS_LEN = 600
@@ -75,8 +75,8 @@ class ControllerState:
     def __init__(self) -> None:
         self.targets: dict[TargetRef, TargetStatus] = {}
         self.is_leader: bool = False
-        # Sharded leadership (settings.shards > 1): shards, held, writable, members,
-        # blocked, as /readyz shows them; None with one leader Lease.
+        # Leadership (shard Leases; one shard = the leader Lease): shards, held, writable,
+        # members, blocked, as /readyz shows them; None without leader election.
         self.leadership: dict[str, object] | None = None
         self.ready: bool = False
         self.ticks: int = 0

@@ -49,8 +49,9 @@ from autoscaler.kube.localapi.server import LocalKubeAPI
 from autoscaler.kube.warmpool import WarmPoolManager
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
 from autoscaler.sim.traces import Trace, load_azure_csv, scale_rate
-from autoscaler.store.base import PolicyStore, ScaleTargetRef, TargetSpec
+from autoscaler.store.base import PolicyStore
 from autoscaler.store.file import FilePolicyStore
+from autoscaler.target import ScaleTargetRef, TargetSpec
 
 __all__ = ["DEMO_POLICY", "DemoOptions", "DemoResult", "PortInUse", "run_demo"]
 

@@ -23,9 +23,9 @@ from kubernetes_asyncio.client import ApiClient
 from autoscaler.kube.capacity import GpuLedger, NodeRecord, node_record
 from autoscaler.kube.informer import Informer
 from autoscaler.kube.pods import PodIndex, PodRecord, TargetPods, pod_record
-from autoscaler.kube.retry import RetryPolicy
 from autoscaler.kube.scale import WorkloadRecord, workload_record
-from autoscaler.store.base import TargetSpec
+from autoscaler.retry import RetryPolicy
+from autoscaler.target import TargetSpec
 
 
 def spec_selector(spec: TargetSpec, work: WorkloadRecord | None) -> str:

@@ -21,7 +21,7 @@ from autoscaler.kube.gpu import gpu_of, is_pool_pod, quantity, template_gpu
 from autoscaler.kube.pods import PodRecord, TargetPods
 from autoscaler.kube.scale import WorkloadRecord
 from autoscaler.kube.selectors import parse_label_selector
-from autoscaler.store.base import TargetSpec
+from autoscaler.target import TargetSpec
 
 __all__ = [
     "CapacityReport",

@@ -19,9 +19,9 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.domain import Decision, Reason
-from autoscaler.kube.names import COMPONENT
 from autoscaler.logging import get_logger
-from autoscaler.store.base import TargetSpec
+from autoscaler.names import COMPONENT
+from autoscaler.target import TargetSpec
 
 log = get_logger(__name__)
 _MAX_MESSAGE = 1024

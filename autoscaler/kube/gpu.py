@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autoscaler.errors import PermanentError
-from autoscaler.kube.names import COMPONENT
+from autoscaler.names import COMPONENT
 
 POOL_LABELS: Mapping[str, str] = {
     "app.kubernetes.io/managed-by": COMPONENT,

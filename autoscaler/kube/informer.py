@@ -30,8 +30,8 @@ from typing import Any, Generic, TypeVar
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from autoscaler.kube.retry import RetryPolicy, Sleep, backoff_s, describe, read_json
 from autoscaler.logging import get_logger
+from autoscaler.retry import RetryPolicy, Sleep, backoff_s, describe, read_json
 
 log = get_logger(__name__)
 

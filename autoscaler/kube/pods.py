@@ -20,8 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from autoscaler.kube.gpu import is_pool_pod, request_totals
-from autoscaler.kube.names import METRICS_PORT_ANNOTATION
 from autoscaler.kube.selectors import equality_requirements, parse_label_selector
+from autoscaler.names import METRICS_PORT_ANNOTATION
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 

@@ -51,7 +51,7 @@ REQUIRED_RULES: tuple[Rule, ...] = (
         "coordination.k8s.io",
         "leases",
         "list watch delete",
-        "sharded leadership: one Lease informer (members, shard holders); a replica's "
+        "leadership: one Lease informer (members, shard holders); a replica's "
         "member Lease deleted on shutdown",
         "lease",
     ),

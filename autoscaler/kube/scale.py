@@ -22,7 +22,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.errors import ActuationError, ConflictError, OwnershipError, PermanentError
 from autoscaler.kube.gpu import request_totals
-from autoscaler.kube.retry import (
+from autoscaler.kube.selectors import selector_string
+from autoscaler.retry import (
     Random,
     RetryPolicy,
     Sleep,
@@ -32,7 +33,6 @@ from autoscaler.kube.retry import (
     is_retryable,
     with_retries,
 )
-from autoscaler.kube.selectors import selector_string
 
 Kind = Literal["Deployment", "StatefulSet"]
 MERGE_PATCH = "application/merge-patch+json"

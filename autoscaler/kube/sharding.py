@@ -1,30 +1,31 @@
-"""Sharded leadership: S shard Leases split among the live controller replicas.
+"""Leadership through ``coordination.k8s.io/v1`` Leases: S shard Leases split among the
+live controller replicas; leader election is the case S = 1.
 
-One Lease (`llm-autoscaler-leader`) makes one replica the only writer; past what one
-process can reconcile, the targets are split instead (docs/architecture.md "Beyond one
-process"):
+One algorithm for one writer and for many (Knative's model: its autoscaler buckets are
+Leases taken through the same leader election as its single leader):
 
-- **Shards.** S is fixed (``--shards``, e.g. 64, much larger than the replica count R).
-  A target belongs to shard ``blake2b(namespace/name) mod S`` (`shard_of`: stable across
-  processes and Python versions, unlike the salted built-in ``hash``). Shard k is the
-  Lease ``<prefix>-shard-<k>``; a replica writes a target only while it holds the Lease of
-  the target's shard (`can_write`).
+- **Shards.** S is fixed (``--shards``, default 1). A target belongs to shard
+  ``blake2b(namespace/name) mod S`` (`shard_of`: stable across processes and Python
+  versions, unlike the salted built-in ``hash``). With S = 1 the one shard's Lease is the
+  leader Lease users know (``lease_name``, default ``llm-autoscaler-leader``); with S > 1,
+  shard k is the Lease ``<prefix>-shard-<k>``. A replica writes a target only while it
+  holds the Lease of the target's shard (`can_write`).
 - **Membership.** Every replica keeps a member Lease ``<prefix>-member-<identity>`` (the
   same renew cadence as a shard), annotated with its S. All replicas follow every Lease in
   the namespace with ONE list + watch (`Informer`), so knowing who is alive and who holds
   what costs no request: membership, shard holders and expiry are read from that cache.
-  A member is alive while its record changed within its lease duration on OUR clock (the
-  same no-clock-comparison rule as `LeaderElector`).
-- **Who wants what.** Rendezvous hashing over the live members with the same S: shard k's
-  owner is the member with the highest ``blake2b(member#k)``. A join or a loss moves only
-  about S/R shards, the ones whose top member changed.
+  A Lease's holder is alive while its record changed within its lease duration on OUR
+  clock (no cross-node clock comparison, as client-go's leaderelection).
+- **Who wants what.** Rendezvous hashing with bounded load over the live members with the
+  same S (`assign`): each member holds at most ceil(S/R) shards, each shard goes to the
+  member with the highest ``blake2b(member#k)`` that still has room. So a few shards per
+  replica already split the targets evenly, and Lease traffic stays small.
 - **Moves.** A shard changes holder only through a release by its holder or an expiry,
   never a steal, so no target ever has two writers:
   - join: the holder sees the new member (watch, instant), stops writing the shard at
     once, keeps renewing it for ``drain_s`` (one retry period: writes started before are
     done), then releases it (holder ""); the joiner sees the release on the watch and
-    takes it at once (the manager wakes on every Lease change). A joiner gets its share
-    ~one retry period after its holder saw it.
+    takes it at once (the manager wakes on every Lease change).
   - loss: a member that stops renewing is dead for the others after ``lease_duration_s``
     (its member Lease unchanged that long); its shard Leases expire at the same time and
     their new owners take them at their next step: within ``lease_duration_s +
@@ -35,11 +36,20 @@ process"):
     after the start of its last successful renew (< ``lease_duration_s``): a stalled or
     partitioned replica stops writing before anyone can take its shards.
 - **Cost.** Only held shards cost requests: one replace per held shard and retry period
-  (no GET: the holder's own last write is its view), plus the member Lease: about
-  ``(S/R + 1) / retry_period_s`` requests/s per replica. Moves cost one release and one take.
+  (no GET: the holder's own last write is its view), plus the member Lease: in all
+  ``(S + R) / retry_period_s`` writes/s for the fleet, whatever the target count (the
+  sizing rule is in docs/install.md). Moves cost one release and one take. At most
+  ``max_in_flight`` Lease requests are in flight per replica (the Lease connection pool's
+  size), and a request's timeout starts when it is sent, not while it waits its turn: a
+  start-up burst of takes queues instead of timing out.
 - **Guards** (`blocked`): no writes while a live replica uses a different S (its shard k is
   a different set of targets: a rolling change of ``--shards`` pauses writes until one S
-  remains), nor while a single-Lease (``shards = 1``) controller holds the leader Lease.
+  remains), nor, with S > 1, while someone who is not a member with our S holds the leader
+  Lease (a controller version before this module, which knew only that Lease).
+- **Upgrades.** With S = 1 the leader Lease keeps its name and its meaning (holder, renew
+  time, duration, conflict-checked replace, release = empty holder), so a pair of old and
+  new replicas never has two writers: each waits for the other's record to go unchanged
+  for a lease duration, or to be released.
 """
 
 from __future__ import annotations
@@ -51,8 +61,9 @@ import hashlib
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -63,8 +74,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.domain import TargetRef
 from autoscaler.errors import ConfigError
+from autoscaler.kube.config import LEASE_POOL
 from autoscaler.kube.informer import Informer, Key
-from autoscaler.kube.leader import lease_body, micro_time
 from autoscaler.logging import get_logger
 from autoscaler.settings import DNS_LABEL, MAX_SHARDS
 
@@ -73,6 +84,48 @@ log = get_logger(__name__)
 GROUP_LABEL = "autoscaler.llmscaler.io/shard-group"
 ROLE_LABEL = "autoscaler.llmscaler.io/lease-role"
 SHARDS_ANNOTATION = "autoscaler.llmscaler.io/shards"
+
+
+def micro_time(t: float) -> str:
+    """A Lease's MicroTime (RFC 3339, microseconds, UTC) for the epoch time ``t``."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def lease_body(
+    name: str,
+    namespace: str,
+    *,
+    holder: str,
+    duration_s: int,
+    acquire_time: str | None,
+    renew_time: str | None,
+    transitions: int,
+    resource_version: str | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A coordination.k8s.io/v1 Lease held by ``holder``: the body of a create (no
+    ``resource_version``) or of a conflict-checked replace; a time given as None is left
+    out (a release)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels is not None:
+        meta["labels"] = labels
+    if annotations is not None:
+        meta["annotations"] = annotations
+    if resource_version is not None:
+        meta["resourceVersion"] = resource_version
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": meta,
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration_s,
+            **({} if acquire_time is None else {"acquireTime": acquire_time}),
+            **({} if renew_time is None else {"renewTime": renew_time}),
+            "leaseTransitions": transitions,
+        },
+    }
 
 
 def stable_hash(text: str) -> int:
@@ -92,13 +145,28 @@ def rendezvous_owner(shard: int, members: Iterable[str]) -> str | None:
 
 
 def assign(shards: int, members: Iterable[str]) -> dict[str, list[int]]:
-    """Every member's shards under rendezvous hashing (for status pages and benchmarks)."""
+    """Every member's shards: rendezvous hashing with bounded load. The (shard, member)
+    pairs are taken by decreasing weight; a pair is kept while its shard is free and its
+    member holds fewer than ceil(S/R). Every replica computes the same answer from the same
+    member set; a join or a loss moves the shards whose top member changed and the few
+    that the bound pushes along."""
     ms = sorted(set(members))
     out: dict[str, list[int]] = {m: [] for m in ms}
-    for k in range(shards):
-        owner = rendezvous_owner(k, ms)
-        if owner is not None:
-            out[owner].append(k)
+    if not ms:
+        return out
+    cap = -(-shards // len(ms))
+    pairs = sorted(
+        ((stable_hash(f"{m}#{k}"), m, k) for k in range(shards) for m in ms), reverse=True
+    )
+    owner: dict[int, str] = {}
+    for _, m, k in pairs:
+        if k not in owner and len(out[m]) < cap:
+            owner[k] = m
+            out[m].append(k)
+            if len(owner) == shards:
+                break
+    for m in ms:
+        out[m].sort()
     return out
 
 
@@ -116,14 +184,16 @@ def member_lease_name(prefix: str, identity: str) -> str:
 @dataclass(frozen=True, slots=True)
 class ShardConfig:
     namespace: str
-    shards: int
+    shards: int = 1
     prefix: str = "llm-autoscaler"
-    # The single-Lease mode's Lease: while someone not sharded holds it, nobody here writes.
-    legacy_lease: str | None = "llm-autoscaler-leader"
+    # The leader Lease: the one shard's Lease when shards = 1; with shards > 1, nobody
+    # writes while someone who is not a member with our S holds it (an older controller).
+    leader_lease: str = "llm-autoscaler-leader"
     lease_duration_s: float = 15.0
     renew_deadline_s: float = 10.0
     retry_period_s: float = 2.0
     drain_s: float | None = None  # stop writing a shard this long before releasing it
+    max_in_flight: int = LEASE_POOL  # Lease requests in flight at once (the pool's size)
 
     def __post_init__(self) -> None:
         if not 1 <= self.shards <= MAX_SHARDS:
@@ -135,17 +205,20 @@ class ShardConfig:
             )
         if not 0 < self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
             raise ConfigError(
-                "shard lease timings: need 0 < retryPeriod "
+                "lease timings: need 0 < retryPeriod "
                 f"({self.retry_period_s}) < renewDeadline ({self.renew_deadline_s}) < "
                 f"leaseDuration ({self.lease_duration_s})"
             )
+        if self.max_in_flight < 1:
+            raise ConfigError(f"max_in_flight: {self.max_in_flight}: must be at least 1")
 
     @property
     def drain(self) -> float:
         return self.retry_period_s if self.drain_s is None else self.drain_s
 
     def shard_lease(self, k: int) -> str:
-        return f"{self.prefix}-shard-{k}"
+        """Shard k's Lease: the leader Lease when there is one shard."""
+        return self.leader_lease if self.shards == 1 else f"{self.prefix}-shard-{k}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +357,10 @@ class ShardManager:
         self._mine: frozenset[int] | None = None  # our shards under `members`
         self._joined_at: float | None = None  # first member Lease write (our clock)
         self._deleting: set[str] = set()  # resourceVersions of dead members' Leases sent
+        self._slots = asyncio.Semaphore(config.max_in_flight)
+        self._names = {config.shard_lease(k): k for k in range(config.shards)}
         self.transitions = 0  # shards taken
+        self.write_failures = 0  # Lease writes with an unknown outcome (timeout, network)
 
     # ------------------------------------------------------------------ reading
     def shard_of(self, ref: TargetRef) -> int:
@@ -379,11 +455,11 @@ class ShardManager:
                 f"live replicas with another shard count: {', '.join(sorted(foreign))}; "
                 f"this one has shards={cfg.shards}: no writes until one count remains"
             )
-        elif cfg.legacy_lease is not None:
-            legacy = self._record(cfg.legacy_lease)
+        elif cfg.shards > 1:
+            legacy = self._record(cfg.leader_lease)
             if legacy is not None and self._fresh(legacy, now) and legacy.holder not in live:
                 blocked = (
-                    f"Lease {cfg.legacy_lease} is held by {legacy.holder} (a single-Lease "
+                    f"Lease {cfg.leader_lease} is held by {legacy.holder} (a single-Lease "
                     "controller, shards=1): no writes until it is released or expires"
                 )
         return sorted(live), blocked, dead
@@ -446,15 +522,30 @@ class ShardManager:
         try:
             if rv is None:
                 self.requests.add("create")
-                out = await self._api.create_namespaced_lease(ns, body, **kw)
+                out = await self._call(self._api.create_namespaced_lease, ns, body, **kw)
             else:
                 self.requests.add("update")
-                out = await self._api.replace_namespaced_lease(name, ns, body, **kw)
+                out = await self._call(self._api.replace_namespaced_lease, name, ns, body, **kw)
         except ApiException as err:
             level = log.info if err.status in (404, 409) else log.warning
-            level("lease write lost", lease=name, status=err.status, identity=self.identity)
+            hint = (
+                f"the ServiceAccount may not write Leases in namespace {ns!r}; set "
+                "--lease-namespace (AUTOSCALER_LEASE_NAMESPACE) or POD_NAMESPACE to the "
+                "namespace whose Role grants them (llm-autoscaler as shipped)"
+                if err.status == 403
+                else str(err.reason)
+            )
+            level(
+                "lease write lost",
+                lease=f"{ns}/{name}",
+                namespace=ns,
+                status=err.status,
+                identity=self.identity,
+                hint=hint,
+            )
             return None
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            self.write_failures += 1
             log.warning("lease write failed", lease=name, error=str(err) or type(err).__name__)
             raise _Unknown from None
         return _Held(str(out.metadata.resource_version), started, acquired, transitions)
@@ -471,6 +562,12 @@ class ShardManager:
             return False
         held.resource_version, held.renewed_at = fresh.resource_version, started
         return True
+
+    async def _call(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kw: Any) -> Any:
+        """One Lease request once a slot is free: the request timeout runs from the send,
+        so a burst of takes waits its turn instead of timing out in the pool's queue."""
+        async with self._slots:
+            return await fn(*args, **kw)
 
     async def _take(self, name: str, role: str, rec: LeaseRecord | None, started: float) -> bool:
         same = rec is not None and rec.holder == self.identity
@@ -493,7 +590,7 @@ class ShardManager:
             if self._joined_at is None:
                 self._joined_at = started
         else:
-            k = int(name.rsplit("-", 1)[1])
+            k = self._names[name]
             self._held[k] = won
             self.transitions += 1
             log.info("shard taken", shard=k, identity=self.identity, lease=name)
@@ -512,7 +609,9 @@ class ShardManager:
         kw = {"_request_timeout": self.config.retry_period_s}
         self.requests.add("update")
         with contextlib.suppress(ApiException, TimeoutError, aiohttp.ClientError, OSError):
-            await self._api.replace_namespaced_lease(name, self.config.namespace, body, **kw)
+            await self._call(
+                self._api.replace_namespaced_lease, name, self.config.namespace, body, **kw
+            )
 
     # ------------------------------------------------------------------ stepping
     async def step(self) -> None:
@@ -637,7 +736,8 @@ class ShardManager:
         self.requests.add("delete")
         body = {"preconditions": {"resourceVersion": resource_version}}
         with contextlib.suppress(ApiException, TimeoutError, aiohttp.ClientError, OSError):
-            await self._api.delete_namespaced_lease(
+            await self._call(
+                self._api.delete_namespaced_lease,
                 name,
                 self.config.namespace,
                 body=body,

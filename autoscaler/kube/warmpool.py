@@ -20,8 +20,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.errors import PermanentError
 from autoscaler.kube.gpu import POOL_LABELS, template_gpu
-from autoscaler.kube.retry import describe, read_json
-from autoscaler.store.base import TargetSpec
+from autoscaler.retry import describe, read_json
+from autoscaler.target import TargetSpec
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.9"
 RESOURCE_LABEL = "autoscaling.llmscaler.io/gpu-resource"

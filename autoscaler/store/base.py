@@ -9,80 +9,12 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from autoscaler.domain import TargetRef
 from autoscaler.errors import PermanentError
-from autoscaler.policy.document import (
-    DEFAULT_PROFILE,
-    PolicySource,
-    document_of,
-    effective,
-    policy_hash,
-)
-from autoscaler.policy.schema import Policy
-from autoscaler.policy.status import PolicyStatus, policy_status
-
-Mode = Literal["direct", "keda", "advisory"]
-
-
-@dataclass(frozen=True, slots=True)
-class ScaleTargetRef:
-    kind: Literal["Deployment", "StatefulSet"] = "Deployment"
-    name: str = ""
-    api_version: str = "apps/v1"
-
-
-@dataclass(frozen=True, slots=True)
-class TargetSpec:
-    """One autoscaled target: the LLMAutoscaler spec (policy + where and how to act)."""
-
-    ref: TargetRef
-    policy: Policy
-    scale_target_ref: ScaleTargetRef = field(default_factory=ScaleTargetRef)
-    mode: Mode = "direct"
-    metrics_port: int = 8000
-    metrics_path: str = "/metrics"
-    engine: str = "auto"
-    selector: dict[str, str] | None = None  # None: the scale target's own selector
-    # The policy document as the user wrote it (profile + overrides), when the spec was
-    # read from one; what the stores write back. Not part of equality: ``policy`` is what
-    # the target runs.
-    policy_source: PolicySource | None = field(default=None, compare=False, repr=False)
-
-    @classmethod
-    def from_source(cls, ref: TargetRef, source: PolicySource, **fields: Any) -> TargetSpec:
-        return cls(ref=ref, policy=source.policy, policy_source=source, **fields)
-
-    def _source(self) -> PolicySource | None:
-        """The source, if it is still the source of ``policy`` (``dataclasses.replace``
-        with a new policy keeps the old source: then it is not)."""
-        src = self.policy_source
-        return src if src is not None and src.policy is self.policy else None
-
-    def policy_document(self) -> dict[str, Any]:
-        """The document to store: as written, or (a policy built in code) every field."""
-        src = self._source()
-        return dict(src.document) if src is not None else document_of(self.policy)
-
-    @property
-    def profile(self) -> str:
-        src = self._source()
-        return src.profile if src is not None else DEFAULT_PROFILE
-
-    def effective_policy(self) -> dict[str, Any]:
-        """The profile's name and the effective policy (read-only view)."""
-        return effective(self.policy, self.profile)
-
-    def policy_status(self) -> PolicyStatus:
-        """The profile in use, the effective policy's hash and the fields that hold an old
-        CRD default over the profile's value (what the status reports; costs a hash of the
-        policy: callers on the tick path keep it per spec)."""
-        src = self._source()
-        return policy_status(
-            self.profile, policy_hash(self.policy), src.document if src is not None else None
-        )
+from autoscaler.target import TargetSpec
 
 
 @dataclass(frozen=True, slots=True)

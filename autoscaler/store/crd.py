@@ -30,18 +30,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.domain import Decision, TargetRef
 from autoscaler.errors import ConfigError, PermanentError, TemporaryError
-from autoscaler.kube.crd import Condition, object_to_spec, spec_to_object, status_body
-from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL, CRD_VERSION
-from autoscaler.kube.retry import RetryPolicy, Sleep, backoff_s, describe, with_retries
 from autoscaler.logging import get_logger
+from autoscaler.names import CRD_GROUP, CRD_PLURAL, CRD_VERSION
 from autoscaler.policy.status import PolicyStatus
-from autoscaler.store.base import (
-    AlreadyExists,
-    NotFound,
-    PreconditionFailed,
-    StoredTarget,
-    TargetSpec,
-)
+from autoscaler.retry import RetryPolicy, Sleep, backoff_s, describe, with_retries
+from autoscaler.store.base import AlreadyExists, NotFound, PreconditionFailed, StoredTarget
+from autoscaler.target import TargetSpec, object_to_spec, spec_to_object
+from autoscaler.target_status import Condition, status_body
 
 log = get_logger(__name__)
 MERGE_PATCH = "application/merge-patch+json"

@@ -20,22 +20,15 @@ import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, get_args
+from typing import Final
 
 import yaml
 
 from autoscaler.domain import TargetRef
 from autoscaler.errors import ConfigError
 from autoscaler.logging import get_logger
-from autoscaler.policy.document import PolicySource, load_source
-from autoscaler.store.base import (
-    Mode,
-    NotFound,
-    PreconditionFailed,
-    ScaleTargetRef,
-    StoredTarget,
-    TargetSpec,
-)
+from autoscaler.store.base import NotFound, PreconditionFailed, StoredTarget
+from autoscaler.target import TargetSpec, target_spec_from_dict, target_spec_to_dict
 
 log = get_logger(__name__)
 
@@ -44,169 +37,10 @@ _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 API_VERSION: Final = "llm-autoscaler.io/v1"
-_MODES: Final[tuple[str, ...]] = get_args(Mode)
-_KINDS: Final[tuple[str, ...]] = ("Deployment", "StatefulSet")
-_SPEC_KEYS: Final[frozenset[str]] = frozenset(
-    {
-        "namespace",
-        "name",
-        "version",
-        "mode",
-        "scaleTargetRef",
-        "metricsPort",
-        "metricsPath",
-        "engine",
-        "selector",
-        "policy",
-    }
-)
 
 
 class PolicyFileInvalid(ConfigError):
     """The file was edited outside the store and no longer validates; writes wait for a fix."""
-
-
-# --------------------------------------------------------------------------- codec
-
-
-def target_spec_to_dict(spec: TargetSpec) -> dict[str, Any]:
-    """camelCase, JSON-ready document of a target (the shape of the REST API and the file)."""
-    doc: dict[str, Any] = {
-        "namespace": spec.ref.namespace,
-        "name": spec.ref.name,
-        "mode": spec.mode,
-        "scaleTargetRef": {
-            "kind": spec.scale_target_ref.kind,
-            "name": spec.scale_target_ref.name or spec.ref.name,
-            "apiVersion": spec.scale_target_ref.api_version,
-        },
-        "metricsPort": spec.metrics_port,
-        "metricsPath": spec.metrics_path,
-        "engine": spec.engine,
-        "policy": spec.policy_document(),
-    }
-    if spec.selector is not None:
-        doc["selector"] = dict(spec.selector)
-    return doc
-
-
-def _is_dns_label(s: str) -> bool:
-    """Kubernetes object-name rule (RFC 1123 subdomain, simplified to labels and dots)."""
-    if not 1 <= len(s) <= 253:
-        return False
-    return all(
-        part
-        and len(part) <= 63
-        and part[0].isalnum()
-        and part[-1].isalnum()
-        and all(c.islower() or c.isdigit() or c == "-" for c in part)
-        for part in s.split(".")
-    )
-
-
-def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = None) -> TargetSpec:
-    """Validate a target document whole; `ConfigError.problems` names field, value, rule.
-
-    With ``ref`` (from a URL), ``namespace``/``name`` in the body may be omitted but must
-    match when present.
-    """
-    problems: list[str] = []
-    if not isinstance(doc, Mapping):
-        raise ConfigError("invalid target", [f"body: must be an object (value {doc!r})"])
-    for key in doc:
-        if key == "effectivePolicy":
-            problems.append(
-                "effectivePolicy: read-only (what `policy` resolves to with its profile); "
-                "write `policy` instead"
-            )
-        elif key not in _SPEC_KEYS:
-            problems.append(f"{key}: unknown field (allowed: {', '.join(sorted(_SPEC_KEYS))})")
-
-    def ident(field_name: str, from_ref: str | None) -> str:
-        value = doc.get(field_name, from_ref)
-        if from_ref is not None and value != from_ref:
-            problems.append(f"{field_name}: value {value!r} does not match the URL ({from_ref!r})")
-            return from_ref
-        if not isinstance(value, str) or not _is_dns_label(value):
-            problems.append(
-                f"{field_name}: value {value!r} must be a Kubernetes name "
-                "(lowercase alphanumerics, '-' and '.', 1-253 characters)"
-            )
-            return "invalid"
-        return value
-
-    namespace = ident("namespace", ref.namespace if ref else None)
-    name = ident("name", ref.name if ref else None)
-
-    mode = doc.get("mode", "direct")
-    if mode not in _MODES:
-        problems.append(f"mode: value {mode!r} must be one of {', '.join(_MODES)}")
-        mode = "direct"
-
-    str_ref = doc.get("scaleTargetRef") or {}
-    if not isinstance(str_ref, Mapping):
-        problems.append(f"scaleTargetRef: value {str_ref!r} must be an object")
-        str_ref = {}
-    for key in str_ref:
-        if key not in ("kind", "name", "apiVersion"):
-            problems.append(
-                f"scaleTargetRef.{key}: unknown field (allowed: kind, name, apiVersion)"
-            )
-    kind = str_ref.get("kind", "Deployment")
-    if kind not in _KINDS:
-        problems.append(f"scaleTargetRef.kind: value {kind!r} must be one of {', '.join(_KINDS)}")
-        kind = "Deployment"
-    target_name = str_ref.get("name", name)
-    if not isinstance(target_name, str) or not _is_dns_label(target_name):
-        problems.append(f"scaleTargetRef.name: value {target_name!r} must be a Kubernetes name")
-        target_name = name
-    api_version = str_ref.get("apiVersion", "apps/v1")
-    if not isinstance(api_version, str) or not api_version:
-        problems.append(f"scaleTargetRef.apiVersion: value {api_version!r} must be a string")
-        api_version = "apps/v1"
-
-    port = doc.get("metricsPort", 8000)
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        problems.append(f"metricsPort: value {port!r} must be an integer in 1..65535")
-        port = 8000
-    path = doc.get("metricsPath", "/metrics")
-    if not isinstance(path, str) or not path.startswith("/"):
-        problems.append(f"metricsPath: value {path!r} must be a path starting with '/'")
-        path = "/metrics"
-    engine = doc.get("engine", "auto")
-    if not isinstance(engine, str) or not engine:
-        problems.append(f"engine: value {engine!r} must be a non-empty string")
-        engine = "auto"
-    selector = doc.get("selector")
-    if selector is not None and not (
-        isinstance(selector, Mapping)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items())
-    ):
-        problems.append(f"selector: value {selector!r} must map label names to strings")
-        selector = None
-
-    policy_doc = doc.get("policy", {})
-    source: PolicySource | None = None
-    if not isinstance(policy_doc, Mapping):
-        problems.append(f"policy: value {policy_doc!r} must be an object")
-    else:
-        try:
-            source = load_source(policy_doc)
-        except ConfigError as err:
-            problems.extend(f"policy.{p}" for p in err.problems)
-
-    if problems or source is None:
-        raise ConfigError("invalid target", problems)
-    return TargetSpec.from_source(
-        TargetRef(namespace=namespace, name=name),
-        source,
-        scale_target_ref=ScaleTargetRef(kind=kind, name=target_name, api_version=api_version),
-        mode=mode,
-        metrics_port=port,
-        metrics_path=path,
-        engine=engine,
-        selector=dict(selector) if selector is not None else None,
-    )
 
 
 # --------------------------------------------------------------------------- store

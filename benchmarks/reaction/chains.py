@@ -16,7 +16,8 @@ from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
 from autoscaler.metrics.prometheus import VLLM_QUERIES, PrometheusSource
 from autoscaler.metrics.source import MetricSource
 from autoscaler.policy.schema import load_policy
-from autoscaler.store.base import ScaleTargetRef, StoredTarget, TargetSpec
+from autoscaler.store.base import StoredTarget
+from autoscaler.target import ScaleTargetRef, TargetSpec
 from reaction.world import (
     JUMP_OUTPUT_TOKENS,
     JUMP_PROMPT_TOKENS,

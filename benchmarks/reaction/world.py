@@ -20,7 +20,7 @@ from autoscaler.domain import Decision, TargetRef
 from autoscaler.emulator.fleet import EmulatorFleet
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi.server import LocalKubeAPI
-from autoscaler.store.base import TargetSpec
+from autoscaler.target import TargetSpec
 from tests.support.prometheus import FileSdPrometheus, write_sd
 
 REF = TargetRef("demo", "llama-3-8b")

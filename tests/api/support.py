@@ -5,7 +5,7 @@ from __future__ import annotations
 from autoscaler.control.state import ControllerState, TargetStatus
 from autoscaler.domain import Decision, MetricRecommendation, Observation, Reason, TargetRef
 from autoscaler.policy.schema import load_policy
-from autoscaler.store.base import Mode, TargetSpec
+from autoscaler.target import Mode, TargetSpec
 
 WRITE_TOKEN = "write-secret-token-5f1c"
 READ_TOKEN = "read-secret-token-9a2e"

@@ -12,7 +12,8 @@ import yaml
 
 from autoscaler.domain import TargetRef
 from autoscaler.store.base import NotFound, PreconditionFailed, StoredTarget
-from autoscaler.store.file import FilePolicyStore, PolicyFileInvalid, target_spec_to_dict
+from autoscaler.store.file import FilePolicyStore, PolicyFileInvalid
+from autoscaler.target import target_spec_to_dict
 from tests.api.support import spec
 
 

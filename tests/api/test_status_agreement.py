@@ -20,7 +20,7 @@ from autoscaler.control.state import ControllerState
 from autoscaler.domain import Decision, Reason, TargetRef
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi import LocalKubeAPI
-from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL
+from autoscaler.names import CRD_GROUP, CRD_PLURAL
 from autoscaler.policy.document import document_hash
 from autoscaler.store.crd import CrdPolicyStore
 from tests.api.conftest import READ, WRITE

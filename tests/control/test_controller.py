@@ -13,7 +13,7 @@ from autoscaler.app import Controller
 from autoscaler.domain import TargetRef
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi.server import LocalKubeAPI
-from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL, METRICS_PORT_ANNOTATION
+from autoscaler.names import CRD_GROUP, CRD_PLURAL, METRICS_PORT_ANNOTATION
 from autoscaler.policy.document import policy_hash
 from autoscaler.settings import Settings
 from tests.support.waiting import until

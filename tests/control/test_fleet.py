@@ -4,16 +4,15 @@ Lease even when the API server hangs. Counted ticks and calls, never timings."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 
 from autoscaler.app import Controller
-from autoscaler.domain import TargetRef
 from autoscaler.kube.config import api_client_for
-from autoscaler.kube.leader import LeaderElector, LeaseConfig
 from autoscaler.kube.localapi.server import LocalKubeAPI
-from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL
+from autoscaler.kube.sharding import ShardConfig, ShardManager
 from tests.support.waiting import until
 from tests.support.workloads import add_llm_target, controller_settings, served_page
 
@@ -47,8 +46,8 @@ async def test_more_targets_than_the_connection_pool_all_decide_and_keep_the_lea
     await ctl.start()
     try:
         await until(lambda: decided(ctl, 3), 30, "every target to decide three times")
-        assert ctl.elector is not None and ctl.elector.is_leader
-        assert ctl.elector.transitions == 1  # never lost it while the fleet ticked
+        assert ctl.leases is not None and ctl.leases.is_leader
+        assert ctl.leases.transitions == 1  # never lost it while the fleet ticked
         scaled = [
             d
             for d in fleet.list_objects("deployments", "llm", group="apps")
@@ -88,51 +87,18 @@ async def test_a_steady_tick_makes_no_api_request(fleet: LocalKubeAPI) -> None:
 
 async def test_release_is_bounded_when_the_api_server_hangs(fleet: LocalKubeAPI) -> None:
     api = api_client_for(fleet.url)
+    leases = ShardManager(api, ShardConfig(namespace="llm", retry_period_s=0.1), "a")
+    leases.start()
     try:
-        elector = LeaderElector(api, LeaseConfig(namespace="llm"), "a")
-        assert await elector.try_acquire_or_renew()
+        await leases.informer.wait_synced()
+        task = asyncio.get_running_loop().create_task(leases.run())
+        await until(lambda: leases.is_leader, 10, "leadership")
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
         fleet.inject("/leases/", delay_s=600, times=5)  # the API server stops answering
-        await elector.release(timeout_s=0.2)
-        assert not elector.is_leader  # stopped leading; the Lease will simply expire
+        await leases.release_all(timeout_s=0.2)
+        assert not leases.is_leader  # stopped leading; the Lease will simply expire
     finally:
         fleet.faults.clear()
-        await api.close()
-
-
-async def test_readyz_answers_from_memory_without_listing_targets(fleet: LocalKubeAPI) -> None:
-    import httpx
-
-    api = api_client_for(fleet.url)
-    ctl = Controller(controller_settings(leader_election=False), api, identity="a")
-    await ctl.start()
-    try:
-        await until(lambda: ctl.state.ready, 30, "the first tick")
-        assert ctl.http is not None
-        before = len(fleet.calls)
-        async with httpx.AsyncClient(base_url=ctl.http.url) as http:
-            answers = [(await http.get("/readyz")).status_code for _ in range(20)]
-        during = [c for c in fleet.calls[before:] if c.resource == "llmautoscalers"]
-    finally:
-        await ctl.stop()
-        await api.close()
-    assert answers == [200] * 20
-    assert during == []  # no LIST per probe (it was one LIST of every target per probe)
-
-
-async def test_a_deleted_target_leaves_nothing_in_the_pod_index(fleet: LocalKubeAPI) -> None:
-    api = api_client_for(fleet.url)
-    ctl = Controller(controller_settings(leader_election=False), api, identity="a")
-    await ctl.start()
-    try:
-        await until(lambda: decided(ctl, 1), 30, "every target to decide")
-        assert ctl.cache is not None and ctl.cache.index.views == TARGETS
-        fleet.delete(CRD_PLURAL, "llm", "m0", group=CRD_GROUP)
-        await until(
-            lambda: ctl.cache is not None and ctl.cache.index.views == TARGETS - 1,
-            30,
-            "m0's view to go",
-        )
-        assert TargetRef("llm", "m0") not in ctl.state.targets
-    finally:
-        await ctl.stop()
+        await leases.stop()
         await api.close()

@@ -16,7 +16,8 @@ from autoscaler.control.state import ControllerState
 from autoscaler.domain import Decision, Reason, TargetRef
 from autoscaler.errors import ConflictError, MetricSourceError
 from autoscaler.policy.schema import validate_policy
-from autoscaler.store.base import StoredTarget, TargetSpec
+from autoscaler.store.base import StoredTarget
+from autoscaler.target import TargetSpec
 
 REF = TargetRef("demo", "llama")
 

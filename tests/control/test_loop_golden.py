@@ -32,7 +32,8 @@ from autoscaler.control.state import ControllerState
 from autoscaler.domain import Decision, TargetRef
 from autoscaler.errors import ConflictError, MetricSourceError
 from autoscaler.policy.schema import validate_policy
-from autoscaler.store.base import StoredTarget, TargetSpec
+from autoscaler.store.base import StoredTarget
+from autoscaler.target import TargetSpec
 from tests.forecast.golden import FIXTURES, Tick, _exact, ticks
 
 LOOP_FIXTURE = FIXTURES / "loop.json"

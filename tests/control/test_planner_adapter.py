@@ -6,7 +6,7 @@ from autoscaler.control.adapters import PlannerAdapter
 from autoscaler.control.ports import TargetView
 from autoscaler.domain import TargetRef
 from autoscaler.policy.schema import load_policy
-from autoscaler.store.base import TargetSpec
+from autoscaler.target import TargetSpec
 
 POLICY = {
     "metrics": [{"signal": "running", "type": "AverageValue", "target": 50}],

@@ -21,7 +21,7 @@ from autoscaler.metrics.prometheus import (
 )
 from autoscaler.policy.schema import load_policy
 from autoscaler.settings import Settings
-from autoscaler.store.base import ScaleTargetRef, TargetSpec
+from autoscaler.target import ScaleTargetRef, TargetSpec
 from tests.support.fake_prometheus import FakePrometheus, serve_fake_prometheus
 
 POLICY = {"maxReplicaCount": 8, "metrics": [{"signal": "waiting", "target": 10}]}

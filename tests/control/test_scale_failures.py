@@ -13,7 +13,8 @@ from autoscaler.control.loop import ControlLoop
 from autoscaler.control.ports import SignalReading, TargetView
 from autoscaler.control.state import ControllerState
 from autoscaler.errors import ActuationError, ConflictError
-from autoscaler.store.base import StoredTarget, TargetSpec
+from autoscaler.store.base import StoredTarget
+from autoscaler.target import TargetSpec
 from tests.control.test_supervision import POLICY, REFS, FlakyCluster, Signals
 
 

@@ -12,9 +12,9 @@ from autoscaler.control.signals import SourceSignals
 from autoscaler.errors import ConfigError
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi.server import LocalKubeAPI
-from autoscaler.kube.names import METRICS_PORT_ANNOTATION
 from autoscaler.metrics.pod_scrape import PodScrapeSource
 from autoscaler.metrics.scrape_workers import ScrapeWorkers
+from autoscaler.names import METRICS_PORT_ANNOTATION
 from autoscaler.settings import Settings
 from tests.support.processes import alive
 from tests.support.waiting import until

@@ -1,7 +1,7 @@
 """`llm-autoscaler run`'s composition with ``shards > 1``: three controllers split 20
 targets against the local Kubernetes API (real sockets, real short time: a 1.5 s Lease),
 report their shards on /readyz and /metrics, and hand a stopped one's shards over; with
-``shards = 1`` nothing changes: one Lease named ``llm-autoscaler-leader``."""
+``shards = 1`` the one shard's Lease is the leader Lease, ``llm-autoscaler-leader``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
 
 from autoscaler.app import Controller
 from autoscaler.errors import ConfigError
@@ -39,8 +40,8 @@ async def fleet() -> AsyncIterator[LocalKubeAPI]:
 def writable(ctls: Sequence[Controller]) -> list[int]:
     out: list[int] = []
     for c in ctls:
-        assert c.shards is not None
-        out.extend(c.shards.status().writable)
+        assert c.leases is not None
+        out.extend(c.leases.status().writable)
     return sorted(out)
 
 
@@ -79,12 +80,12 @@ async def test_three_sharded_controllers_split_the_targets_and_take_over_a_stopp
         # Each target was written once (2 -> 4), by whichever replica holds its shard.
         patches = [c for c in fleet.calls if c.resource == "deployments/scale"]
         assert len([p for p in patches if p.verb == "patch"]) == TARGETS
-        busy = [c for c in ctls if c.shards is not None and c.shards.status().writable]
+        busy = [c for c in ctls if c.leases is not None and c.leases.status().writable]
         assert len(busy) >= 2, "the shards are split, not all on one replica"
         a = ctls[0]
         assert a.http is not None
-        assert a.shards is not None
-        shards = a.shards
+        assert a.leases is not None
+        shards = a.leases
         async with httpx.AsyncClient(base_url=a.http.url) as http:
             ready_resp, held = await _steady_get(http, "/readyz", lambda: shards.status().held)
             metrics_resp, held_m = await _steady_get(http, "/metrics", lambda: shards.held)
@@ -98,7 +99,7 @@ async def test_three_sharded_controllers_split_the_targets_and_take_over_a_stopp
         await leaving.stop()  # releases its shards: the others take them at once
         rest = [c for c in ctls if c is not leaving]
         await until(lambda: writable(rest) == list(range(SHARDS)), 10, "the stopped one's shards")
-        assert leaving.shards is not None and leaving.shards.status().held == ()
+        assert leaving.leases is not None and leaving.leases.status().held == ()
     finally:
         for c in ctls:
             await c.stop()
@@ -114,14 +115,32 @@ async def test_three_sharded_controllers_split_the_targets_and_take_over_a_stopp
         assert lease is not None and lease["spec"]["holderIdentity"] == ""  # all released
 
 
-async def test_one_shard_keeps_the_single_leader_lease(fleet: LocalKubeAPI) -> None:
+async def test_one_shard_is_the_leader_lease_and_says_so(fleet: LocalKubeAPI) -> None:
     api = api_client_for(fleet.url)
     ctl = Controller(controller_settings(shards=1), api, identity="a")
     try:
         await ctl.start()
         await until(lambda: ctl.state.is_leader, 10, "leadership")
-        assert ctl.shards is None and ctl.elector is not None
-        assert ctl.state.leadership is None
+        assert ctl.leases is not None and ctl.leases.config.shard_lease(0) == (
+            "llm-autoscaler-leader"
+        )
+        assert ctl.state.leadership is not None
+        assert ctl.state.leadership["held"] == [0] and ctl.state.leadership["shards"] == 1
+        page = generate_latest(ctl.metrics.registry).decode()
+        assert "llm_autoscaler_shards_held 1.0" in page
+        assert 'llm_autoscaler_shard_held{shard="0"} 1.0' in page
+
+        def became_leader() -> list[dict[str, Any]]:
+            return [
+                e
+                for e in fleet.list_objects("events", "llm")
+                if e["involvedObject"]["kind"] == "Lease" and e["reason"] == "LeaderElection"
+            ]
+
+        await until(lambda: bool(became_leader()), 10, "the LeaderElection Event")
+        (event,) = became_leader()
+        assert event["involvedObject"]["name"] == "llm-autoscaler-leader"
+        assert event["message"] == "a became leader"
     finally:
         await ctl.stop()
         await api.close()
@@ -129,9 +148,23 @@ async def test_one_shard_keeps_the_single_leader_lease(fleet: LocalKubeAPI) -> N
         o["metadata"]["name"]
         for o in fleet.list_objects("leases", "llm", group="coordination.k8s.io")
     ]
-    assert leases == ["llm-autoscaler-leader"]
-    lease_calls = {c.verb for c in fleet.calls if c.resource == "leases"}
-    assert lease_calls <= {"get", "create", "update"}  # no Lease list/watch: as before
+    assert leases == ["llm-autoscaler-leader"]  # released; the member Lease deleted
+    lease = fleet.get("leases", "llm", "llm-autoscaler-leader", "coordination.k8s.io")
+    assert lease is not None and lease["spec"]["holderIdentity"] == ""
+
+
+async def test_without_leader_election_the_controller_always_writes_and_takes_no_lease(
+    fleet: LocalKubeAPI,
+) -> None:
+    api = api_client_for(fleet.url)
+    ctl = Controller(controller_settings(leader_election=False), api, identity="a")
+    try:
+        await ctl.start()
+        assert ctl.leases is None and ctl.state.is_leader
+    finally:
+        await ctl.stop()
+        await api.close()
+    assert not [c for c in fleet.calls if c.resource == "leases"]
 
 
 @pytest.mark.parametrize(

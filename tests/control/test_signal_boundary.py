@@ -21,7 +21,8 @@ from autoscaler.domain import Reason, TargetRef
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
 from autoscaler.metrics.source import PodEndpoint
 from autoscaler.policy.schema import load_policy
-from autoscaler.store.base import StoredTarget, TargetSpec
+from autoscaler.store.base import StoredTarget
+from autoscaler.target import TargetSpec
 from tests.metrics.vllm_pods import FakeVllm, start_pods
 from tests.support.cluster_ports import NoWrites
 

@@ -20,8 +20,9 @@ from autoscaler.control.ports import SignalReading, TargetView
 from autoscaler.control.state import HEALTHZ_STALE_TICKS, ControllerState
 from autoscaler.domain import TargetRef
 from autoscaler.policy.schema import load_policy
-from autoscaler.store.base import StoredTarget, TargetSpec
+from autoscaler.store.base import StoredTarget
 from autoscaler.store.file import FilePolicyStore
+from autoscaler.target import TargetSpec
 from tests.support.cluster_ports import NoWrites
 
 REFS = [TargetRef("demo", f"t{i}") for i in range(4)]

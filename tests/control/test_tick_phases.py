@@ -30,7 +30,8 @@ from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi.server import LocalKubeAPI
 from autoscaler.policy.schema import validate_policy
 from autoscaler.settings import Settings
-from autoscaler.store.base import StoredTarget, TargetSpec
+from autoscaler.store.base import StoredTarget
+from autoscaler.target import TargetSpec
 from tests.control.test_scrape_workers_wiring import (
     cluster,  # noqa: F401 - a fixture
     replicas,

@@ -20,7 +20,7 @@ from autoscaler.domain import (
     TargetRef,
 )
 from autoscaler.policy.schema import Policy
-from autoscaler.store.base import TargetSpec
+from autoscaler.target import TargetSpec
 
 REF = TargetRef("demo", "llama-3-8b")
 

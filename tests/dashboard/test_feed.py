@@ -11,7 +11,7 @@ from autoscaler.api.dashboard import dashboard_state, decision_runs
 from autoscaler.control.state import ControllerState, TargetStatus
 from autoscaler.domain import MetricRecommendation, Observation, Reason, TargetRef
 from autoscaler.policy.schema import Policy
-from autoscaler.store.base import TargetSpec
+from autoscaler.target import TargetSpec
 from tests.dashboard.conftest import comparison_feed, decision, populate
 
 

@@ -208,8 +208,8 @@ def test_converter_refuses_unions_it_cannot_express() -> None:
 
 
 def test_controller_reads_every_example_and_writes_objects_the_crd_accepts() -> None:
-    """Round trip through the controller's own mapping (autoscaler/kube/crd.py)."""
-    from autoscaler.kube.crd import object_to_spec, spec_to_object
+    """Round trip through the controller's own mapping (autoscaler/target.py)."""
+    from autoscaler.target import object_to_spec, spec_to_object
 
     validator = crd_validator(_crd())
     for obj in _examples():
@@ -222,7 +222,7 @@ def test_controller_reads_every_example_and_writes_objects_the_crd_accepts() -> 
 
 def test_status_written_by_the_controller_fits_the_status_schema() -> None:
     from autoscaler.domain import Decision, Reason, TargetRef
-    from autoscaler.kube.crd import Condition, status_body
+    from autoscaler.target_status import Condition, status_body
 
     decision = Decision(
         t=0.0,
@@ -232,9 +232,9 @@ def test_status_written_by_the_controller_fits_the_status_schema() -> None:
         message="wants 5, GPUs place 3",
         active=True,
     )
-    from autoscaler.kube.crd import overrides_condition
     from autoscaler.policy.document import load_source
-    from autoscaler.store.base import TargetSpec
+    from autoscaler.target import TargetSpec
+    from autoscaler.target_status import overrides_condition
 
     legacy = TargetSpec.from_source(
         TargetRef("llm", "x"), load_source({"maxReplicaCount": 16})

@@ -29,7 +29,8 @@ from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi.server import LocalKubeAPI
 from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.policy.schema import load_policy
-from autoscaler.store.base import ScaleTargetRef, StoredTarget, TargetSpec
+from autoscaler.store.base import StoredTarget
+from autoscaler.target import ScaleTargetRef, TargetSpec
 from tests.support.prometheus import FileSdPrometheus, PrometheusServer, write_sd
 from tests.support.waiting import until
 

@@ -28,12 +28,13 @@ from autoscaler.emulator.fleet import EmulatorFleet
 from autoscaler.kube.cache import ClusterCache
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi.server import LocalKubeAPI
-from autoscaler.kube.names import METRICS_PORT_ANNOTATION
-from autoscaler.kube.retry import RetryPolicy
 from autoscaler.kube.scale import ScaleClient
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
+from autoscaler.names import METRICS_PORT_ANNOTATION
 from autoscaler.policy.schema import load_policy
-from autoscaler.store.base import ScaleTargetRef, StoredTarget, TargetSpec
+from autoscaler.retry import RetryPolicy
+from autoscaler.store.base import StoredTarget
+from autoscaler.target import ScaleTargetRef, TargetSpec
 from tests.support.hanging import HangingServer
 from tests.support.waiting import until
 

@@ -18,7 +18,7 @@ from autoscaler.control.ports import SignalPort
 from autoscaler.control.signals import SourceSignals
 from autoscaler.domain import Decision, Reason, TargetRef
 from autoscaler.metrics.prometheus import PrometheusSource
-from autoscaler.store.base import TargetSpec
+from autoscaler.target import TargetSpec
 from tests.faults.harness import (
     REPLICAS,
     TARGETS,

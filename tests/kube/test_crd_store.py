@@ -10,11 +10,12 @@ from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.domain import Decision, Reason, TargetRef
 from autoscaler.errors import ConfigError
-from autoscaler.kube.crd import Condition, object_to_spec, spec_to_object
 from autoscaler.kube.localapi import LocalKubeAPI
 from autoscaler.policy.schema import load_policy
-from autoscaler.store.base import NotFound, PreconditionFailed, ScaleTargetRef, TargetSpec
+from autoscaler.store.base import NotFound, PreconditionFailed
 from autoscaler.store.crd import CrdPolicyStore
+from autoscaler.target import ScaleTargetRef, TargetSpec, object_to_spec, spec_to_object
+from autoscaler.target_status import Condition
 from tests.kube.conftest import FakeSleep
 
 GROUP = "autoscaling.llmscaler.io"

@@ -22,7 +22,7 @@ from autoscaler.kube.warmpool import (
     pool_size,
 )
 from autoscaler.policy.schema import load_policy
-from autoscaler.store.base import ScaleTargetRef, TargetSpec
+from autoscaler.target import ScaleTargetRef, TargetSpec
 from tests.kube.conftest import uncovered_calls
 from tests.support.workloads import deployment
 

@@ -13,8 +13,8 @@ from autoscaler import __version__
 from autoscaler.errors import ActuationError, ConflictError, OwnershipError
 from autoscaler.kube.config import FIELD_MANAGER, USER_AGENT, KubeClients, load_api_client
 from autoscaler.kube.localapi import LocalKubeAPI
-from autoscaler.kube.retry import RetryPolicy
 from autoscaler.kube.scale import ScaleClient
+from autoscaler.retry import RetryPolicy
 from tests.kube.conftest import FakeSleep
 from tests.support.workloads import deployment
 

@@ -17,7 +17,8 @@ from autoscaler.domain import Decision, TargetRef
 from autoscaler.kube.localapi import LocalKubeAPI
 from autoscaler.kube.sharding import ShardManager
 from autoscaler.policy.schema import load_policy
-from autoscaler.store.base import StoredTarget, TargetSpec
+from autoscaler.store.base import StoredTarget
+from autoscaler.target import TargetSpec
 from tests.kube.test_sharding import CFG, TARGETS, Clock, make, settle
 
 POLICY = load_policy({"maxReplicaCount": 20, "metrics": [{"signal": "waiting", "target": 4}]})

@@ -1,5 +1,6 @@
-"""Sharded leadership (`kube.sharding`): replicas split shard Leases over the local API
-(real HTTP, kubernetes-asyncio, the real Lease watch), driven step by step on a fake clock.
+"""Leadership (`kube.sharding`): replicas split shard Leases over the local API (real
+HTTP, kubernetes-asyncio, the real Lease watch), driven step by step on a fake clock; leader
+election is the one-shard case, on the leader Lease an older release wrote.
 
 The invariant checked after EVERY single step of every replica: no target is writable by
 two replicas, counting a replica that stopped stepping (dead, stalled) for as long as its
@@ -7,26 +8,35 @@ own clock still lets it write."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 
+import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.domain import TargetRef
+from autoscaler.errors import ConfigError
+from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi import LocalKubeAPI
+from autoscaler.kube.scale import ScaleClient
 from autoscaler.kube.sharding import (
     GROUP_LABEL,
     ShardConfig,
     ShardManager,
     assign,
+    lease_body,
     member_lease_name,
+    micro_time,
     rendezvous_owner,
     shard_of,
 )
+from tests.support.workloads import deployment
 
 NS = "default"
 CFG = ShardConfig(
     namespace=NS, shards=16, lease_duration_s=15, renew_deadline_s=10, retry_period_s=2
 )
+ONE = ShardConfig(namespace=NS, lease_duration_s=15, renew_deadline_s=10, retry_period_s=2)
 TARGETS = [TargetRef(f"ns{i % 3}", f"model-{i}") for i in range(20)]
 
 
@@ -98,7 +108,7 @@ def converged(managers: Sequence[ShardManager]) -> Callable[[], bool]:
 
     def check() -> bool:
         ids = [m.identity for m in managers]
-        share = assign(CFG.shards, ids)
+        share = assign(managers[0].config.shards, ids)
         return all(len(writers(r, managers)) == 1 for r in TARGETS) and all(
             m.status().writable == tuple(share[m.identity]) for m in managers
         )
@@ -124,6 +134,26 @@ def test_losing_a_member_moves_only_its_own_shards() -> None:
     after = {k: rendezvous_owner(k, ["a", "b"]) for k in range(64)}
     moved = {k for k in range(64) if before[k] != after[k]}
     assert moved == {k for k in range(64) if before[k] == "c"}
+
+
+@pytest.mark.parametrize(("shards", "replicas"), [(16, 2), (16, 3), (16, 4), (16, 5), (64, 10)])
+def test_every_replica_gets_at_most_its_even_share_of_shards(shards: int, replicas: int) -> None:
+    pods = [f"llm-autoscaler-7d9f-{i:05x}" for i in range(replicas)]
+    share = assign(shards, pods)
+    assert sorted(k for ks in share.values() for k in ks) == list(range(shards))
+    assert max(len(ks) for ks in share.values()) == -(-shards // replicas)
+
+
+def test_a_join_or_loss_moves_few_shards_beyond_the_ones_it_must() -> None:
+    """A loss must move the lost member's shards; a join must give the joiner its share:
+    the bound pushes along at most a few more."""
+    three = assign(16, ["a", "b", "c"])
+    two = assign(16, ["a", "b"])
+    pushed = [k for m in ("a", "b") for k in three[m] if k not in two[m]]
+    assert len(pushed) <= 2, pushed
+    four = assign(16, ["a", "b", "c", "d"])
+    moved = [k for m in ("a", "b", "c") for k in three[m] if k not in four[m]]
+    assert len(moved) <= len(four["d"]) + 2, (moved, four["d"])
 
 
 def test_member_lease_names_are_valid_object_names() -> None:
@@ -263,30 +293,47 @@ async def test_no_replica_writes_while_a_live_replica_uses_another_shard_count(
         await stop_all([a, b])
 
 
+def old_leader_lease(kapi: LocalKubeAPI, holder: str, clock: Clock) -> None:
+    """The leader Lease as a release before shard Leases wrote it (no labels): created, or
+    renewed by its holder."""
+    now = micro_time(1.7e9 + clock.t)
+    old = kapi.get("leases", NS, ONE.leader_lease, "coordination.k8s.io")
+    body = lease_body(
+        ONE.leader_lease,
+        NS,
+        holder=holder,
+        duration_s=15,
+        acquire_time=now,
+        renew_time=now,
+        transitions=0,
+        resource_version=None if old is None else old["metadata"]["resourceVersion"],
+    )
+    if old is None:
+        kapi.create("leases", body, "coordination.k8s.io")
+    else:
+        kapi.update("leases", body, "coordination.k8s.io")
+
+
 async def test_a_single_lease_controller_holding_the_leader_lease_blocks_sharded_writes(
     kapi: LocalKubeAPI, kclient: ApiClient
 ) -> None:
-    from autoscaler.kube.leader import LeaderElector, LeaseConfig
-
     clock = Clock()
-    legacy = LeaderElector(
-        kclient,
-        LeaseConfig(namespace=NS, name="llm-autoscaler-leader"),
-        "old",
-        clock=clock,
-        wall_clock=lambda: 1.7e9 + clock.t,
-    )
     a = make(kclient, "a", clock)
     try:
         await a.informer.wait_synced()
-        assert await legacy.try_acquire_or_renew()
+        old_leader_lease(kapi, "old", clock)
         for _ in range(2):
             clock.t += 2
             await settle(kapi, [a])
             await a.step()
         assert a.held and a.blocked is not None and "shards=1" in a.blocked
         assert not any(a.can_write(r) for r in TARGETS)
-        await legacy.release()  # the old controller shuts down (rolling update)
+        kapi.update(  # the old controller shuts down (rolling update): it releases
+            "leases",
+            lease_body(ONE.leader_lease, NS, holder="", duration_s=1, acquire_time=None,
+                       renew_time=None, transitions=0),
+            "coordination.k8s.io",
+        )  # fmt: skip
         await settle(kapi, [a])
         clock.t += 2
         await a.step()
@@ -295,35 +342,161 @@ async def test_a_single_lease_controller_holding_the_leader_lease_blocks_sharded
         await a.stop()
 
 
-async def test_shutdown_stops_writing_at_once_and_is_bounded_when_the_api_server_hangs(
+# ------------------------------------------------------------ one shard: leader election
+async def test_one_shard_is_leader_election_on_the_leader_lease_with_failover_when_it_dies(
     kapi: LocalKubeAPI, kclient: ApiClient
 ) -> None:
     clock = Clock()
-    a = make(kclient, "a", clock)
+    a, b = ms = [make(kclient, name, clock, ONE) for name in ("a", "b")]
+    try:
+        for m in ms:
+            await m.informer.wait_synced()
+        await rounds(kapi, clock, ms, ms, converged(ms))
+        leader, other = (a, b) if a.held else (b, a)
+        assert leader.held == (0,) and other.held == ()
+        lease = kapi.get("leases", NS, "llm-autoscaler-leader", "coordination.k8s.io")
+        assert lease is not None and lease["spec"]["holderIdentity"] == leader.identity
+        assert not [
+            o["metadata"]["name"]
+            for o in kapi.list_objects("leases", NS, group="coordination.k8s.io")
+            if "-shard-" in o["metadata"]["name"]
+        ]
+        died_at = clock.t  # the leader stops renewing
+        n = await rounds(kapi, clock, [other], ms, converged([other]))
+        assert n * ONE.retry_period_s <= ONE.lease_duration_s + ONE.retry_period_s
+        assert clock.t - died_at == n * ONE.retry_period_s
+        assert not leader.is_leader and other.is_leader
+    finally:
+        await stop_all(ms)
+
+
+async def test_one_shard_waits_for_a_leader_of_the_previous_release_to_expire(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    """Upgrade with a mixed pair: the old replica holds the leader Lease and renews it; the
+    new one never writes while it does, and takes over within leaseDuration + retryPeriod
+    of its last renew."""
+    clock = Clock()
+    new = make(kclient, "new", clock, ONE)
+    try:
+        await new.informer.wait_synced()
+        old_leader_lease(kapi, "old", clock)
+        for _ in range(10):  # the old leader renews every retry period
+            clock.t += ONE.retry_period_s
+            old_leader_lease(kapi, "old", clock)
+            await settle(kapi, [new])
+            await new.step()
+            assert not any(new.can_write(r) for r in TARGETS), f"two writers at t={clock.t}"
+        died_at = clock.t
+        n = await rounds(kapi, clock, [new], [new], converged([new]))
+        assert n * ONE.retry_period_s <= ONE.lease_duration_s + ONE.retry_period_s
+        assert clock.t - died_at == n * ONE.retry_period_s
+        lease = kapi.get("leases", NS, ONE.leader_lease, "coordination.k8s.io")
+        assert lease is not None and lease["spec"]["holderIdentity"] == "new"
+        assert lease["spec"]["leaseTransitions"] == 1
+    finally:
+        await new.stop()
+
+
+async def test_a_stalled_leader_stops_writing_before_anyone_takes_over(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    """A leader frozen (GC pause, partition) past its deadline must not write on wake-up."""
+    kapi.create("deployments", deployment("llm"), "apps")
+    sc = ScaleClient(kclient)
+    ref = TargetRef("default", "llm")
+    clock = Clock()
+    a = make(kclient, "a", clock, ONE)
+    await a.informer.wait_synced()
+    clock.t += 2
+    await a.step()  # joins
+    clock.t += 2
+    await a.step()  # leads alone
+    assert a.can_write(ref)
+    b = make(kclient, "b", clock, ONE)
+    writes: list[tuple[float, str]] = []
+
+    async def tick(m: ShardManager, alive: bool) -> None:
+        if alive:
+            await m.step()
+            await settle(kapi, [m])
+        if m.can_write(ref):  # the control loop's guard before every write
+            info = await sc.get_scale("Deployment", "default", "llm")
+            await sc.set_replicas(
+                "Deployment", "default", "llm", info.spec_replicas + 1, info.resource_version
+            )
+            writes.append((clock.t, m.identity))
+
+    try:
+        await b.informer.wait_synced()
+        for step in range(40):
+            clock.t += 1.0
+            await tick(a, not (5 <= step < 30))  # a stalls for 25 s, then resumes
+            await tick(b, True)
+        a_times = [t for t, who in writes if who == "a"]
+        b_times = [t for t, who in writes if who == "b"]
+        assert a_times and b_times, "b never took over"
+        assert max(a_times) < min(b_times), "a wrote after b had taken over"
+        info = await sc.get_scale("Deployment", "default", "llm")
+        assert info.spec_replicas == 1 + len(writes)  # every write landed exactly once
+    finally:
+        await stop_all([a, b])
+
+
+async def test_two_candidates_racing_for_a_free_lease_cannot_both_win(
+    kapi: LocalKubeAPI, kclient: ApiClient
+) -> None:
+    """Both read the same resourceVersion; the second replace gets 409."""
+    clock = Clock()
+    a, b = ms = [make(kclient, name, clock, ONE) for name in ("a", "b")]
+    try:
+        old_leader_lease(kapi, "c", clock)
+        for m in ms:
+            await m.informer.wait_synced()
+            await settle(kapi, [m])
+        clock.t += ONE.lease_duration_s + 1  # c died; both see the Lease expired
+        rec = a._record(ONE.leader_lease)
+        assert rec is not None and rec == b._record(ONE.leader_lease)
+        kapi.inject("/leases/llm-autoscaler-leader", None, method="PUT", delay_s=0.05)
+        won = await asyncio.gather(
+            a._take(ONE.leader_lease, "shard", rec, clock.t),
+            b._take(ONE.leader_lease, "shard", rec, clock.t),
+        )
+        assert sorted(won) == [False, True]
+        lease = kapi.get("leases", NS, ONE.leader_lease, "coordination.k8s.io")
+        assert lease is not None and lease["spec"]["leaseTransitions"] == 1
+    finally:
+        await stop_all(ms)
+
+
+def test_rejects_inconsistent_timings() -> None:
+    with pytest.raises(ConfigError, match="renewDeadline"):
+        ShardConfig(namespace="x", lease_duration_s=10, renew_deadline_s=12)
+
+
+async def test_a_burst_of_takes_waits_for_a_lease_connection_instead_of_timing_out(
+    kapi: LocalKubeAPI,
+) -> None:
+    """16 shard takes at once through the Lease pool (2 connections), each answered in
+    0.1 s: in the pool's queue the last would wait 0.8 s, past the 0.5 s request timeout
+    (the retry period). The manager sends at most a pool's worth at once, so the timeout
+    only runs while a request is on the wire: none fails."""
+    cfg = ShardConfig(
+        namespace=NS, shards=16, lease_duration_s=3, renew_deadline_s=2, retry_period_s=0.5
+    )
+    api = api_client_for(kapi.url, pool_maxsize=cfg.max_in_flight)
+    clock = Clock()
+    a = ShardManager(api, cfg, "a", clock=clock, wall_clock=lambda: 1.7e9 + clock.t)
+    a.start()
     try:
         await a.informer.wait_synced()
-        await rounds(kapi, clock, [a], [a], converged([a]))
-        kapi.inject("/leases/", delay_s=600, times=CFG.shards + 1)  # nothing answers
-        await a.release_all(timeout_s=0.2)  # the Controller's budget is 4 s of the 5 s
-        assert not any(a.can_write(r) for r in TARGETS) and a.held == ()
+        await a.step()  # member Lease
+        clock.t += cfg.retry_period_s
+        kapi.inject("/leases", None, method="POST", delay_s=0.1, times=cfg.shards)
+        await a.step()  # every shard: 16 creates
+        assert a.write_failures == 0
+        assert a.held == tuple(range(cfg.shards))
     finally:
         kapi.faults.clear()
         await a.stop()
-
-
-async def test_shutdown_also_releases_leases_whose_take_was_cut_short(
-    kapi: LocalKubeAPI, kclient: ApiClient
-) -> None:
-    """A take cancelled mid-request may have been applied: the Lease is ours on the server
-    though the manager never recorded it; shutdown releases it instead of letting it expire."""
-    clock = Clock()
-    a = make(kclient, "a", clock)
-    try:
-        await a.informer.wait_synced()
-        await rounds(kapi, clock, [a], [a], converged([a]))
-        a._held.pop(3)  # as if the answer to the take of shard 3 never arrived
-        await a.release_all()
-        lease = kapi.get("leases", NS, CFG.shard_lease(3), "coordination.k8s.io")
-        assert lease is not None and lease["spec"]["holderIdentity"] == ""
-    finally:
-        await a.stop()
+        await api.close()

@@ -15,12 +15,11 @@ from kubernetes_asyncio.client import ApiClient
 from autoscaler.control.adapters import KubeCluster
 from autoscaler.control.clock import FakeClock
 from autoscaler.domain import Decision, Reason, TargetRef
-from autoscaler.kube.crd import API_VERSION, object_to_spec
 from autoscaler.kube.localapi import LocalKubeAPI
 from autoscaler.policy.document import policy_hash
 from autoscaler.policy.profiles import cost_first, recommended
-from autoscaler.store.base import TargetSpec
 from autoscaler.store.crd import CrdPolicyStore
+from autoscaler.target import API_VERSION, TargetSpec, object_to_spec
 
 GROUP = "autoscaling.llmscaler.io"
 REF = TargetRef("default", "llm")

@@ -19,7 +19,8 @@ from autoscaler.domain import Reason, TargetRef
 from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.metrics.source import PodEndpoint
 from autoscaler.policy.schema import load_policy
-from autoscaler.store.base import StoredTarget, TargetSpec
+from autoscaler.store.base import StoredTarget
+from autoscaler.target import TargetSpec
 from tests.support.cluster_ports import NoWrites
 from tests.support.hanging import HangingServer
 from tests.support.waiting import until

@@ -20,7 +20,7 @@ from autoscaler.policy.document import (
 from autoscaler.policy.profiles import cost_first, recommended
 from autoscaler.policy.schema import Policy
 from autoscaler.policy.status import OLD_CRD_DEFAULTS, Override, old_default_overrides
-from autoscaler.store.base import ScaleTargetRef, TargetSpec
+from autoscaler.target import ScaleTargetRef, TargetSpec
 from tests.fixtures import (
     CRD_BEFORE_PROFILES_BLOB,
     CRD_BEFORE_PROFILES_GIT,

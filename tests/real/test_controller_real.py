@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from autoscaler.app import Controller
 from autoscaler.domain import TargetRef
-from autoscaler.kube.leader import LeaderElector, LeaseConfig
+from autoscaler.kube.sharding import ShardConfig, ShardManager
 from autoscaler.settings import GrpcSettings, HttpSettings, Settings
 from tests.real.conftest import CONTROLLER_NS, vllm_deployment
 from tests.real.controlplane import ControlPlane
@@ -152,25 +152,20 @@ async def test_invalid_object_gets_ready_false_and_a_warning_event(
 async def test_lease_refused_outside_its_namespace_names_the_namespace(
     controller_api: ApiClient,
 ) -> None:
-    cfg = LeaseConfig(namespace="default", lease_duration_s=3, renew_deadline_s=2, retry_period_s=1)
-    elector = LeaderElector(controller_api, cfg, "workstation")
+    timings = {"lease_duration_s": 3, "renew_deadline_s": 2, "retry_period_s": 1}
+    refused = ShardManager(
+        controller_api, ShardConfig(namespace="default", leader_lease="ws", **timings), "ws"
+    )
     with capture_logs() as logs:
-        assert await elector.try_acquire_or_renew() is False
+        assert await refused._take("ws", "shard", None, 0.0) is False
     (entry,) = [e for e in logs if e["event"].startswith("lease ")]
     assert entry["status"] == 403 and entry["namespace"] == "default"
     assert "--lease-namespace" in entry["hint"]
-    ok = LeaderElector(
-        controller_api,
-        LeaseConfig(
-            namespace=CONTROLLER_NS,
-            name="ws",
-            lease_duration_s=3,
-            renew_deadline_s=2,
-            retry_period_s=1,
-        ),
-        "workstation",
+    ok = ShardManager(
+        controller_api, ShardConfig(namespace=CONTROLLER_NS, leader_lease="ws", **timings), "ws"
     )
-    assert await ok.try_acquire_or_renew() is True
+    assert await ok._take("ws", "shard", None, 0.0) is True
+    await ok.release_all()
 
 
 async def test_controller_recovers_after_an_api_server_restart(

@@ -12,11 +12,16 @@ from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.domain import TargetRef
 from autoscaler.errors import ConfigError
-from autoscaler.kube.crd import API_VERSION, object_to_spec, spec_to_object
 from autoscaler.policy.profiles import PROFILES, cost_first, recommended
 from autoscaler.policy.schema import Behavior, MetricSpec, Policy, ScalingRules, load_policy
-from autoscaler.store.base import ScaleTargetRef, TargetSpec
 from autoscaler.store.crd import CrdPolicyStore
+from autoscaler.target import (
+    API_VERSION,
+    ScaleTargetRef,
+    TargetSpec,
+    object_to_spec,
+    spec_to_object,
+)
 from tests.real.kubectl import Kube, KubeError
 
 

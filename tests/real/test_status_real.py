@@ -13,11 +13,11 @@ from kubernetes_asyncio.client import ApiClient
 from autoscaler.control.adapters import KubeCluster
 from autoscaler.control.clock import FakeClock
 from autoscaler.domain import Decision, Reason
-from autoscaler.kube.crd import API_VERSION, object_to_spec
 from autoscaler.policy.document import policy_hash
 from autoscaler.policy.profiles import cost_first, recommended
 from autoscaler.policy.status import Override
 from autoscaler.store.crd import CrdPolicyStore
+from autoscaler.target import API_VERSION, object_to_spec
 from tests.fixtures import crd_before_profiles
 from tests.real.kubectl import Kube
 

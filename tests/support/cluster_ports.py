@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autoscaler.domain import Decision
-from autoscaler.store.base import TargetSpec
+from autoscaler.target import TargetSpec
 
 
 class NoWrites:

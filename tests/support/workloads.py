@@ -10,12 +10,11 @@ from typing import Any
 from aiohttp import web
 
 from autoscaler.domain import TargetRef
-from autoscaler.kube.crd import spec_to_object
 from autoscaler.kube.localapi.server import LocalKubeAPI
-from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL, METRICS_PORT_ANNOTATION
+from autoscaler.names import CRD_GROUP, CRD_PLURAL, METRICS_PORT_ANNOTATION
 from autoscaler.policy.schema import load_policy
 from autoscaler.settings import GrpcSettings, HttpSettings, Settings
-from autoscaler.store.base import ScaleTargetRef, TargetSpec
+from autoscaler.target import ScaleTargetRef, TargetSpec, spec_to_object
 
 
 def deployment(

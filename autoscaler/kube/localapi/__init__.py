@@ -7,7 +7,7 @@ from autoscaler.kube.localapi.server import (
     PodEndpoint,
     PodRuntime,
 )
-from autoscaler.kube.names import METRICS_PORT_ANNOTATION
+from autoscaler.names import METRICS_PORT_ANNOTATION
 
 __all__ = [
     "METRICS_PORT_ANNOTATION",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoscaler.kube.names import CRD_GROUP, CRD_KIND, CRD_PLURAL, CRD_VERSION
+from autoscaler.names import CRD_GROUP, CRD_KIND, CRD_PLURAL, CRD_VERSION
 
 
 @dataclass(frozen=True, slots=True)

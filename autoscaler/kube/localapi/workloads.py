@@ -18,10 +18,10 @@ from autoscaler.kube.localapi.patch import SUPPORTED, PatchError, apply_patch
 from autoscaler.kube.localapi.resources import ResourceType
 from autoscaler.kube.localapi.runtime import PodEndpoint, _qty, pod_requests
 from autoscaler.kube.localapi.status import ApiError, Obj, rfc3339
-from autoscaler.kube.names import METRICS_PORT_ANNOTATION
 from autoscaler.kube.selectors import (
     selector_string,
 )
+from autoscaler.names import METRICS_PORT_ANNOTATION
 
 
 class WorkloadController(ObjectStore):

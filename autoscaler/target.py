@@ -1,0 +1,337 @@
+"""The domain's target: `TargetSpec` (one LLMAutoscaler: policy + where and how to act)
+and its two encodings, the REST/file document (`target_spec_to_dict`,
+`target_spec_from_dict`) and the LLMAutoscaler custom resource (`spec_to_object`,
+`object_to_spec`).
+
+Below the metrics, kube and store layers, which all use it and no longer import each
+other for it. Both encodings carry the policy document (camelCase: ``profile`` and the
+fields set over it, `autoscaler.policy.document`) plus ``scaleTargetRef``, ``mode``,
+``metricsPort``, ``metricsPath``, ``engine`` and an optional ``selector``; the document is
+written back as the user wrote it, never the effective policy (a profile's values stay the
+profile's). An invalid target is rejected whole with every problem named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, cast, get_args
+
+from autoscaler.domain import TargetRef
+from autoscaler.errors import ConfigError
+from autoscaler.names import CRD_GROUP, CRD_KIND, CRD_VERSION
+from autoscaler.policy.document import (
+    DEFAULT_PROFILE,
+    PolicySource,
+    document_of,
+    effective,
+    load_source,
+    policy_hash,
+)
+from autoscaler.policy.schema import Policy
+from autoscaler.policy.status import PolicyStatus, policy_status
+
+Mode = Literal["direct", "keda", "advisory"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleTargetRef:
+    kind: Literal["Deployment", "StatefulSet"] = "Deployment"
+    name: str = ""
+    api_version: str = "apps/v1"
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSpec:
+    """One autoscaled target: the LLMAutoscaler spec (policy + where and how to act)."""
+
+    ref: TargetRef
+    policy: Policy
+    scale_target_ref: ScaleTargetRef = field(default_factory=ScaleTargetRef)
+    mode: Mode = "direct"
+    metrics_port: int = 8000
+    metrics_path: str = "/metrics"
+    engine: str = "auto"
+    selector: dict[str, str] | None = None  # None: the scale target's own selector
+    # The policy document as the user wrote it (profile + overrides), when the spec was
+    # read from one; what the stores write back. Not part of equality: ``policy`` is what
+    # the target runs.
+    policy_source: PolicySource | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_source(cls, ref: TargetRef, source: PolicySource, **fields: Any) -> TargetSpec:
+        return cls(ref=ref, policy=source.policy, policy_source=source, **fields)
+
+    def _source(self) -> PolicySource | None:
+        """The source, if it is still the source of ``policy`` (``dataclasses.replace``
+        with a new policy keeps the old source: then it is not)."""
+        src = self.policy_source
+        return src if src is not None and src.policy is self.policy else None
+
+    def policy_document(self) -> dict[str, Any]:
+        """The document to store: as written, or (a policy built in code) every field."""
+        src = self._source()
+        return dict(src.document) if src is not None else document_of(self.policy)
+
+    @property
+    def profile(self) -> str:
+        src = self._source()
+        return src.profile if src is not None else DEFAULT_PROFILE
+
+    def effective_policy(self) -> dict[str, Any]:
+        """The profile's name and the effective policy (read-only view)."""
+        return effective(self.policy, self.profile)
+
+    def policy_status(self) -> PolicyStatus:
+        """The profile in use, the effective policy's hash and the fields that hold an old
+        CRD default over the profile's value (what the status reports; costs a hash of the
+        policy: callers on the tick path keep it per spec)."""
+        src = self._source()
+        return policy_status(
+            self.profile, policy_hash(self.policy), src.document if src is not None else None
+        )
+
+
+# ------------------------------------------------------------ REST API and policy file
+
+_DOC_MODES: Final[tuple[str, ...]] = get_args(Mode)
+_KINDS: Final[tuple[str, ...]] = ("Deployment", "StatefulSet")
+_SPEC_KEYS: Final[frozenset[str]] = frozenset(
+    {
+        "namespace",
+        "name",
+        "version",
+        "mode",
+        "scaleTargetRef",
+        "metricsPort",
+        "metricsPath",
+        "engine",
+        "selector",
+        "policy",
+    }
+)
+
+
+def target_spec_to_dict(spec: TargetSpec) -> dict[str, Any]:
+    """camelCase, JSON-ready document of a target (the shape of the REST API and the file)."""
+    doc: dict[str, Any] = {
+        "namespace": spec.ref.namespace,
+        "name": spec.ref.name,
+        "mode": spec.mode,
+        "scaleTargetRef": {
+            "kind": spec.scale_target_ref.kind,
+            "name": spec.scale_target_ref.name or spec.ref.name,
+            "apiVersion": spec.scale_target_ref.api_version,
+        },
+        "metricsPort": spec.metrics_port,
+        "metricsPath": spec.metrics_path,
+        "engine": spec.engine,
+        "policy": spec.policy_document(),
+    }
+    if spec.selector is not None:
+        doc["selector"] = dict(spec.selector)
+    return doc
+
+
+def _is_dns_label(s: str) -> bool:
+    """Kubernetes object-name rule (RFC 1123 subdomain, simplified to labels and dots)."""
+    if not 1 <= len(s) <= 253:
+        return False
+    return all(
+        part
+        and len(part) <= 63
+        and part[0].isalnum()
+        and part[-1].isalnum()
+        and all(c.islower() or c.isdigit() or c == "-" for c in part)
+        for part in s.split(".")
+    )
+
+
+def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = None) -> TargetSpec:
+    """Validate a target document whole; `ConfigError.problems` names field, value, rule.
+
+    With ``ref`` (from a URL), ``namespace``/``name`` in the body may be omitted but must
+    match when present.
+    """
+    problems: list[str] = []
+    if not isinstance(doc, Mapping):
+        raise ConfigError("invalid target", [f"body: must be an object (value {doc!r})"])
+    for key in doc:
+        if key == "effectivePolicy":
+            problems.append(
+                "effectivePolicy: read-only (what `policy` resolves to with its profile); "
+                "write `policy` instead"
+            )
+        elif key not in _SPEC_KEYS:
+            problems.append(f"{key}: unknown field (allowed: {', '.join(sorted(_SPEC_KEYS))})")
+
+    def ident(field_name: str, from_ref: str | None) -> str:
+        value = doc.get(field_name, from_ref)
+        if from_ref is not None and value != from_ref:
+            problems.append(f"{field_name}: value {value!r} does not match the URL ({from_ref!r})")
+            return from_ref
+        if not isinstance(value, str) or not _is_dns_label(value):
+            problems.append(
+                f"{field_name}: value {value!r} must be a Kubernetes name "
+                "(lowercase alphanumerics, '-' and '.', 1-253 characters)"
+            )
+            return "invalid"
+        return value
+
+    namespace = ident("namespace", ref.namespace if ref else None)
+    name = ident("name", ref.name if ref else None)
+
+    mode = doc.get("mode", "direct")
+    if mode not in _DOC_MODES:
+        problems.append(f"mode: value {mode!r} must be one of {', '.join(_DOC_MODES)}")
+        mode = "direct"
+
+    str_ref = doc.get("scaleTargetRef") or {}
+    if not isinstance(str_ref, Mapping):
+        problems.append(f"scaleTargetRef: value {str_ref!r} must be an object")
+        str_ref = {}
+    for key in str_ref:
+        if key not in ("kind", "name", "apiVersion"):
+            problems.append(
+                f"scaleTargetRef.{key}: unknown field (allowed: kind, name, apiVersion)"
+            )
+    kind = str_ref.get("kind", "Deployment")
+    if kind not in _KINDS:
+        problems.append(f"scaleTargetRef.kind: value {kind!r} must be one of {', '.join(_KINDS)}")
+        kind = "Deployment"
+    target_name = str_ref.get("name", name)
+    if not isinstance(target_name, str) or not _is_dns_label(target_name):
+        problems.append(f"scaleTargetRef.name: value {target_name!r} must be a Kubernetes name")
+        target_name = name
+    api_version = str_ref.get("apiVersion", "apps/v1")
+    if not isinstance(api_version, str) or not api_version:
+        problems.append(f"scaleTargetRef.apiVersion: value {api_version!r} must be a string")
+        api_version = "apps/v1"
+
+    port = doc.get("metricsPort", 8000)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        problems.append(f"metricsPort: value {port!r} must be an integer in 1..65535")
+        port = 8000
+    path = doc.get("metricsPath", "/metrics")
+    if not isinstance(path, str) or not path.startswith("/"):
+        problems.append(f"metricsPath: value {path!r} must be a path starting with '/'")
+        path = "/metrics"
+    engine = doc.get("engine", "auto")
+    if not isinstance(engine, str) or not engine:
+        problems.append(f"engine: value {engine!r} must be a non-empty string")
+        engine = "auto"
+    selector = doc.get("selector")
+    if selector is not None and not (
+        isinstance(selector, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items())
+    ):
+        problems.append(f"selector: value {selector!r} must map label names to strings")
+        selector = None
+
+    policy_doc = doc.get("policy", {})
+    source: PolicySource | None = None
+    if not isinstance(policy_doc, Mapping):
+        problems.append(f"policy: value {policy_doc!r} must be an object")
+    else:
+        try:
+            source = load_source(policy_doc)
+        except ConfigError as err:
+            problems.extend(f"policy.{p}" for p in err.problems)
+
+    if problems or source is None:
+        raise ConfigError("invalid target", problems)
+    return TargetSpec.from_source(
+        TargetRef(namespace=namespace, name=name),
+        source,
+        scale_target_ref=ScaleTargetRef(kind=kind, name=target_name, api_version=api_version),
+        mode=mode,
+        metrics_port=port,
+        metrics_path=path,
+        engine=engine,
+        selector=dict(selector) if selector is not None else None,
+    )
+
+
+# ------------------------------------------------------------ LLMAutoscaler custom resource
+
+API_VERSION = f"{CRD_GROUP}/{CRD_VERSION}"
+_TARGET_KEYS = frozenset(
+    {"scaleTargetRef", "mode", "metricsPort", "metricsPath", "engine", "selector"}
+)
+_MODES = ("direct", "keda", "advisory")
+
+
+def spec_to_object(spec: TargetSpec) -> dict[str, Any]:
+    body: dict[str, Any] = spec.policy_document()
+    body["scaleTargetRef"] = {
+        "apiVersion": spec.scale_target_ref.api_version,
+        "kind": spec.scale_target_ref.kind,
+        "name": spec.scale_target_ref.name,
+    }
+    body["mode"] = spec.mode
+    body["metricsPort"] = spec.metrics_port
+    body["metricsPath"] = spec.metrics_path
+    body["engine"] = spec.engine
+    if spec.selector is not None:
+        body["selector"] = {"matchLabels": dict(spec.selector)}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": CRD_KIND,
+        "metadata": {"name": spec.ref.name, "namespace": spec.ref.namespace},
+        "spec": body,
+    }
+
+
+def object_to_spec(obj: Mapping[str, Any]) -> TargetSpec:
+    """Validate one LLMAutoscaler object; `ConfigError` names object, field, value, rule."""
+    meta = obj.get("metadata") or {}
+    ref = TargetRef(namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")))
+    raw = dict(obj.get("spec") or {})
+    problems: list[str] = []
+    str_ref = raw.get("scaleTargetRef") or {}
+    kind = str_ref.get("kind", "Deployment")
+    if kind not in ("Deployment", "StatefulSet"):
+        problems.append(
+            f"spec.scaleTargetRef.kind: value {kind!r} must be Deployment or StatefulSet"
+        )
+    if not str_ref.get("name"):
+        problems.append("spec.scaleTargetRef.name: required, the Deployment/StatefulSet name")
+    mode = raw.get("mode", "direct")
+    if mode not in _MODES:
+        problems.append(f"spec.mode: value {mode!r} must be one of {', '.join(_MODES)}")
+    port = raw.get("metricsPort", 8000)
+    if not isinstance(port, int) or not 1 <= port <= 65535:
+        problems.append(f"spec.metricsPort: value {port!r} must be an integer in 1..65535")
+    path = raw.get("metricsPath", "/metrics")
+    if not isinstance(path, str) or not path.startswith("/"):
+        problems.append(f"spec.metricsPath: value {path!r} must start with '/'")
+    selector = raw.get("selector")
+    labels: dict[str, str] | None = None
+    if selector is not None:
+        ml = selector.get("matchLabels") if isinstance(selector, dict) else None
+        if not isinstance(ml, dict) or not ml:
+            problems.append("spec.selector.matchLabels: must be a non-empty map when set")
+        else:
+            labels = {str(k): str(v) for k, v in ml.items()}
+    policy_doc = {k: v for k, v in raw.items() if k not in _TARGET_KEYS}
+    source: PolicySource | None = None
+    try:
+        source = load_source(policy_doc)
+    except ConfigError as err:
+        problems.extend(f"spec.{p}" for p in err.problems)
+    if problems or source is None:
+        raise ConfigError(f"{CRD_KIND} {ref}", problems)
+    return TargetSpec.from_source(
+        ref,
+        source,
+        scale_target_ref=ScaleTargetRef(
+            kind=kind,
+            name=str(str_ref["name"]),
+            api_version=str(str_ref.get("apiVersion", "apps/v1")),
+        ),
+        mode=cast(Mode, mode),
+        metrics_port=port,
+        metrics_path=path,
+        engine=str(raw.get("engine", "auto")),
+        selector=labels,
+    )

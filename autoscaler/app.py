@@ -239,6 +239,8 @@ class Controller:
             observer=self.metrics,
             tick_interval_s=s.tick_interval_s,
             tick_phases=s.tick_phases,
+            # a target whose pod hangs or trickles delays only its own decision
+            straggler_wait_s=s.tick_interval_s / s.tick_phases,
             # Process-wide advisory or keda: never write replicas (KEDA's HPA owns them).
             dry_run=s.mode in ("advisory", "keda"),
             decides=(

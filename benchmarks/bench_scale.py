@@ -267,7 +267,7 @@ async def measure(
     if args.variant == "aiohttp":  # (b): the pods' pages over aiohttp
         import autoscaler.metrics.pod_scrape as pod_scrape
 
-        pod_scrape.PageClient = AiohttpPageClient  # type: ignore[misc,assignment]
+        setattr(pod_scrape, "PageClient", AiohttpPageClient)  # noqa: B010
     api = api_client_for(url)
     ctl = Controller(settings, api, identity="bench", metrics=metrics)
     t0 = time.monotonic()
@@ -518,8 +518,8 @@ def run_one(targets: int, args: argparse.Namespace) -> dict[str, Any]:
                     if args.variant == "no-glibc":  # (c): malloc's defaults, no trim
                         from autoscaler.commands import glibc
 
-                        glibc.limit_malloc_arenas = lambda *a, **k: False  # type: ignore[assignment]
-                        glibc.malloc_trim = lambda: None  # type: ignore[assignment]
+                        setattr(glibc, "limit_malloc_arenas", lambda *a, **k: False)  # noqa: B010
+                        setattr(glibc, "malloc_trim", lambda: None)  # noqa: B010
                     assert proc.pid is not None
                     main = measure(url, targets, args.pods, stats, args, proc.pid)
                     if args.profile:
@@ -649,8 +649,8 @@ def compare_phases(args: argparse.Namespace) -> None:
 def _compare_tree(
     args: argparse.Namespace,
     option: str,
-    first: tuple[str, dict[str, int]],
-    second: tuple[str, dict[str, int]],
+    first: tuple[str, dict[str, Any]],
+    second: tuple[str, dict[str, Any]],
     default_name: str,
 ) -> None:
     """This tree with two settings (a label and `_run_worker`'s keywords each),

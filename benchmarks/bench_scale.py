@@ -235,7 +235,9 @@ async def measure(
     extra: dict[str, Any] = {}
     if args.scrape_workers:  # code before scrape workers ignores the setting
         extra["scrape_workers"] = args.scrape_workers
-    if args.tick_phases > 1:  # code before tick phases ignores the setting
+    # --tick-phases P: as the flag (code before tick phases has no such setting);
+    # unset: the code's own default
+    if args.tick_phases is not None and "tick_phases" in Settings.model_fields:
         extra["tick_phases"] = args.tick_phases
     settings = Settings(
         http=HttpSettings(host="127.0.0.1", port=0),
@@ -272,6 +274,7 @@ async def measure(
     ctl = Controller(settings, api, identity="bench", metrics=metrics)
     t0 = time.monotonic()
     await ctl.start()
+    phases = getattr(ctl.loop, "tick_phases", 1)  # what the loop runs
     if os.environ.get("BENCH_NO_STRAGGLER") and ctl.loop is not None:
         ctl.loop.straggler_wait_s = None
     # what `llm-autoscaler run` does once started, as far as the code measured has it
@@ -353,7 +356,7 @@ async def measure(
     lag_q = statistics.quantiles(lags, n=100) if len(lags) >= 2 else [float("nan")] * 99
     # ticks of the whole interval: a phased loop's ticks are phases (some skipped when
     # one runs long), so there a tick is one decision per target
-    n_ticks = max(len(window) if args.tick_phases <= 1 else decisions / targets, 1)
+    n_ticks = max(len(window) if phases <= 1 else decisions / targets, 1)
     calls = end_calls["calls"] - start_calls["calls"]
     verbs = {
         k: v - start_calls["verbs"].get(k, 0)
@@ -367,7 +370,7 @@ async def measure(
         "ticks": len(window),
         "tick_p50_ms": round(q[49] * 1000, 1),
         "tick_p99_ms": round(q[98] * 1000, 1),
-        "tick_phases": args.tick_phases,
+        "tick_phases": phases,
         # from when each target was due to its decision (code before tick phases: nan)
         "decision_lag_p50_ms": round(lag_q[49] * 1000, 1),
         "decision_lag_p99_ms": round(lag_q[98] * 1000, 1),
@@ -584,7 +587,9 @@ def _run_worker(
     cmd += ["--event-loop", args.event_loop, "--page-variants", str(args.page_variants)]
     cmd += ["--cluster-loop", args.cluster_loop]
     cmd += ["--scrape-workers", str(args.scrape_workers if workers is None else workers)]
-    cmd += ["--tick-phases", str(args.tick_phases if phases is None else phases)]
+    tick_phases = args.tick_phases if phases is None else phases
+    if tick_phases is not None:
+        cmd += ["--tick-phases", str(tick_phases)]
     cmd += ["--variant", variant]
     # run in the measured tree: its scrape workers (python -m) import from the working
     # directory first (code before 61a04f9 does not choose their directory itself)
@@ -747,11 +752,25 @@ def ablation(args: argparse.Namespace) -> None:
         # the tree as it is now, for every run: edits made while it runs are not measured
         code = Path(tmp)
         shutil.copytree(ROOT / "autoscaler", code / "autoscaler")
+        # the worker pool was removed by the ablation's verdict: its variant runs the
+        # revision given by --workers-rev (extracted with git archive), else is skipped
+        pool = code
+        if not (code / "autoscaler/metrics/scrape_workers.py").exists():
+            pool = (
+                extract(args.workers_rev, code.with_name(code.name + "-w"))
+                if args.workers_rev
+                else None
+            )
         for r in range(args.rounds):
             for name, workers, phases in ABLATION_VARIANTS:
-                row = _run_worker(code, n, args, workers=workers, phases=phases, variant=name)
+                if name == "workers" and pool is None:
+                    continue
+                tree = pool if name == "workers" else code
+                assert tree is not None
+                row = _run_worker(tree, n, args, workers=workers, phases=phases, variant=name)
                 raw[name].append(row)
                 print(f"round {r + 1} {name}:\n{table([row])}", flush=True)
+    raw = {name: rows for name, rows in raw.items() if rows}
     medians = {
         name: {key: _median([row[key] for row in rows]) for _, key, _ in ABLATION_FIGURES}
         | {"rss_mb_sum_end": _median([row["rss_mb_sum_end"] for row in rows])}
@@ -760,6 +779,8 @@ def ablation(args: argparse.Namespace) -> None:
     }
     verdicts = []
     for mechanism, with_, without in MECHANISMS:
+        if with_ not in medians or without not in medians:
+            continue
         costs = {
             key: removal_cost(medians[with_][key], medians[without][key], better)
             for _, key, better in ABLATION_FIGURES
@@ -895,8 +916,9 @@ def main() -> None:
     parser.add_argument(
         "--tick-phases",
         type=int,
-        default=1,
-        help="as `llm-autoscaler run --tick-phases` (1: every target at each tick's start)",
+        default=None,
+        help="as `llm-autoscaler run --tick-phases` (1: every target at each tick's start; "
+        "default: the measured code's own default, i.e. no flag)",
     )
     parser.add_argument(
         "--compare-phases",
@@ -960,6 +982,12 @@ def main() -> None:
         action="store_true",
         help="each performance mechanism side by side with it removed, at --targets "
         "(first N), --rounds rounds (writes benchmarks/results/ablation.json)",
+    )
+    parser.add_argument(
+        "--workers-rev",
+        default=None,
+        help="with --ablation: the git revision whose scrape worker pool the 'workers' "
+        "variant runs (the pool is not in this tree; e.g. 5dfab49)",
     )
     parser.add_argument(
         "--variant",

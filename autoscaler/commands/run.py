@@ -75,9 +75,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--scrape-workers",
         type=int,
         default=None,
-        help="scrape the pods in this many worker processes, so scraping is not capped "
-        "at the controller's one core (0: in the controller process; direct pod "
-        "scraping only, not with Prometheus; default: AUTOSCALER_SCRAPE_WORKERS, else 0)",
+        help=argparse.SUPPRESS,  # removed (one process holds its envelope): ignored
     )
     p.add_argument(
         "--tick-phases",
@@ -85,8 +83,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="spread the targets over this many phases of each tick interval, so a "
         "fleet's scrapes and decisions do not all land at once (1: every due target at "
-        "the start of each tick; pod scraping only, not with Prometheus; default: "
-        "AUTOSCALER_TICK_PHASES, else 1)",
+        "the start of each tick; pod scraping only, 1 with Prometheus; default: "
+        "AUTOSCALER_TICK_PHASES, else 10)",
     )
     p.add_argument(
         "--http-port",
@@ -205,7 +203,11 @@ async def _main(args: argparse.Namespace) -> int:
     if args.shard_scope is not None:
         overrides["shard_scope"] = args.shard_scope
     if args.scrape_workers is not None:
-        overrides["scrape_workers"] = args.scrape_workers
+        print(
+            "warning: --scrape-workers is deprecated and ignored: pods are scraped in the "
+            "controller process (past one process's envelope, run replicas with --shards)",
+            file=sys.stderr,
+        )
     if args.tick_phases is not None:
         overrides["tick_phases"] = args.tick_phases
     settings = Settings.load(**overrides)  # every bad value: field, value and rule

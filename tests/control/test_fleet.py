@@ -107,6 +107,12 @@ async def test_readyz_answers_from_memory_without_listing_targets(fleet: LocalKu
     await ctl.start()
     try:
         await until(lambda: ctl.state.ready, 30, "the first tick")
+        # with tick phases the first tick can come before the target watch is open
+        await until(
+            lambda: any(c.verb == "watch" and c.resource == "llmautoscalers" for c in fleet.calls),
+            30,
+            "the target watch",
+        )
         assert ctl.http is not None
         before = len(fleet.calls)
         async with httpx.AsyncClient(base_url=ctl.http.url) as http:

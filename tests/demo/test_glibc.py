@@ -4,7 +4,6 @@ one malloc arena for every thread, unless the user set MALLOC_ARENA_MAX."""
 from __future__ import annotations
 
 import ctypes
-import gc
 import platform
 import subprocess
 import sys
@@ -91,11 +90,10 @@ def test_without_glibc_the_knobs_do_nothing(monkeypatch: pytest.MonkeyPatch) -> 
     assert glibc.malloc_trim() is None
 
 
-def test_the_controller_and_its_workers_limit_the_arenas_before_their_loops(
+def test_the_controller_limits_the_arenas_before_its_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from autoscaler.commands import run as run_command
-    from autoscaler.commands import scrape_worker
 
     order: list[str] = []
 
@@ -111,15 +109,3 @@ def test_the_controller_and_its_workers_limit_the_arenas_before_their_loops(
 
     assert run_command.run_loop(main(), "asyncio") == "done"
     assert order == ["arenas", "loop"]
-
-    order.clear()
-
-    def serve(argv: list[str], on_idle: object) -> int:
-        order.append("serve")
-        return 0
-
-    monkeypatch.setattr(scrape_worker, "serve_worker", serve)
-    monkeypatch.setattr(gc, "freeze", lambda: None)  # keep the test's GC as is
-    monkeypatch.setattr(gc, "set_threshold", lambda *a: None)
-    assert scrape_worker.main([]) == 0
-    assert order == ["arenas", "serve"]

@@ -281,13 +281,11 @@ async def measure(
     tune = _run_module_attr("tune_gc")
     pacer = None
     if tune is not None:
-        # since the GC pacer, tune_gc takes the controller (its loop's ticks pace the GC);
-        # the ablation's variant (d) without it: CPython's collector on GC_THRESHOLDS
-        paced = inspect.signature(tune).parameters and args.variant != "no-gc-pacing"
-        pacer = tune(ctl) if paced else tune()
+        # between the GC pacer's commit and its removal, tune_gc took the controller
+        pacer = tune(ctl) if inspect.signature(tune).parameters else tune()
     trimmer = None
-    every = _run_module_attr("release_free_memory_every")  # as `llm-autoscaler run`
-    if every is not None and args.variant != "no-glibc":
+    every = _run_module_attr("release_free_memory_every")  # as `llm-autoscaler run` did
+    if every is not None:
         trimmer = asyncio.create_task(every())
     samples: list[dict[str, float]] = []
 
@@ -518,11 +516,6 @@ def run_one(targets: int, args: argparse.Namespace) -> dict[str, Any]:
                 configure_logging("json", "INFO")
                 try:
                     run_loop = _run_module_attr("run_loop")
-                    if args.variant == "no-glibc":  # (c): malloc's defaults, no trim
-                        from autoscaler.commands import glibc
-
-                        setattr(glibc, "limit_malloc_arenas", lambda *a, **k: False)  # noqa: B010
-                        setattr(glibc, "malloc_trim", lambda: None)  # noqa: B010
                     assert proc.pid is not None
                     main = measure(url, targets, args.pods, stats, args, proc.pid)
                     if args.profile:
@@ -707,8 +700,6 @@ ABLATION_VARIANTS: tuple[tuple[str, int, int], ...] = (
     ("default", 0, DEFAULT_PHASES),
     ("workers", 2, DEFAULT_PHASES),
     ("aiohttp", 0, DEFAULT_PHASES),
-    ("no-glibc", 0, DEFAULT_PHASES),
-    ("no-gc-pacing", 0, DEFAULT_PHASES),
     ("no-lazy-kube", 0, DEFAULT_PHASES),
     ("no-phases", 0, 1),
 )
@@ -716,8 +707,6 @@ ABLATION_VARIANTS: tuple[tuple[str, int, int], ...] = (
 MECHANISMS: tuple[tuple[str, str, str], ...] = (
     ("(a) scrape worker pool (K=2 vs in-process)", "workers", "default"),
     ("(b) hand-written HTTP/epoll client (vs aiohttp)", "default", "aiohttp"),
-    ("(c) glibc: one malloc arena + trim", "default", "no-glibc"),
-    ("(d) GC pacing between ticks", "default", "no-gc-pacing"),
     ("(e) lazy kubernetes_asyncio (sys.modules)", "default", "no-lazy-kube"),
     (f"(f) tick phases (P={DEFAULT_PHASES} vs 1)", "default", "no-phases"),
 )

@@ -113,9 +113,6 @@ class ControlLoop:
         self._summary = {"decisions": 0, "logged": 0}
         self._summary_t = self.clock.now()
         self._loop_failures = 0  # consecutive loop failures (restart backoff exponent)
-        # Called once after every tick, before the sleep to the next one (`run` sets the
-        # GC pacer here: autoscaler/commands/gc_pacing.py).
-        self.after_tick: Callable[[], object] | None = None
         state.loop.clock, state.loop.tick_interval_s = self.clock, tick_interval_s
 
     # -- targets --------------------------------------------------------------------------
@@ -184,8 +181,6 @@ class ControlLoop:
             next_t = self._grid_after(next_t - step / 2, 0.0, step)
         while True:
             await self.tick()
-            if self.after_tick is not None:
-                self.after_tick()
             next_t += step
             now = self.clock.now()
             if next_t < now:  # a slow tick: skip missed slots instead of bursting

@@ -48,7 +48,6 @@ from autoscaler.metrics.prometheus import (
     PrometheusSource,
     WorkloadPods,
 )
-from autoscaler.metrics.scrape_workers import ScrapeWorkers, WorkerConfig
 from autoscaler.settings import Settings
 from autoscaler.store.base import PolicyStore
 from autoscaler.store.crd import CrdPolicyStore
@@ -137,8 +136,6 @@ class Controller:
             max_concurrency=s.scrape_concurrency,
             filter_families=s.scrape_filter_families,
         )
-        if s.scrape_workers:
-            return SourceSignals(ScrapeWorkers(config, WorkerConfig(workers=s.scrape_workers)))
         return SourceSignals(PodScrapeSource(config))
 
     def _on_leader_change(self, leader: bool) -> None:
@@ -269,7 +266,9 @@ class Controller:
             leader=leader,
             observer=self.metrics,
             tick_interval_s=s.tick_interval_s,
-            tick_phases=s.tick_phases,
+            tick_phases=s.effective_tick_phases,
+            # a target whose pod hangs or trickles delays only its own decision
+            straggler_wait_s=s.tick_interval_s / s.effective_tick_phases,
             # Process-wide advisory or keda: never write replicas (KEDA's HPA owns them).
             dry_run=s.mode in ("advisory", "keda"),
             decides=(

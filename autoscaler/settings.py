@@ -67,7 +67,9 @@ class _FileSource(PydanticBaseSettingsSource):
 
 
 MAX_SHARDS = 1024
-MAX_SCRAPE_WORKERS = 64
+# The per-process default (bench_scale --ablation, docs/scale.md): lag p99 a P-th of a
+# whole-fleet burst; Prometheus mode runs 1 (`Settings.effective_tick_phases`).
+DEFAULT_TICK_PHASES = 10
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -97,8 +99,9 @@ class Settings(BaseSettings):
     # Spread the targets over this many phases of each tick interval (the loop ticks
     # every tick_interval_s / tick_phases; each target on its own phase, docs/scale.md
     # "Tick phases"): a fleet's scrapes and decisions spread over the second instead of
-    # one burst per tick. 1: every due target at the start of each tick.
-    tick_phases: int = Field(default=1, ge=1, le=100)
+    # one burst per tick. 1: every due target at the start of each tick. Pod scraping
+    # only: with Prometheus the loop runs one phase whatever the default.
+    tick_phases: int = Field(default=DEFAULT_TICK_PHASES, ge=1, le=100)
     mode: Literal["direct", "keda", "advisory"] = "direct"
     namespace: str | None = None
     policy_file: str | None = None
@@ -133,10 +136,6 @@ class Settings(BaseSettings):
     shard_scope: Literal["all", "held"] = "all"
     scrape_timeout_s: float = Field(default=2.0, gt=0)
     scrape_concurrency: int = Field(default=64, ge=1)
-    # Pod scraping in this many worker processes (autoscaler/metrics/scrape_workers.py;
-    # docs/scale.md "workers pass"): 0 scrapes in the controller process itself. Each
-    # worker runs ``scrape_concurrency`` scrapes at most. Direct (pod-scrape) mode only.
-    scrape_workers: int = Field(default=0, ge=0, le=MAX_SCRAPE_WORKERS)
     # Ask each vLLM pod for only the families the autoscaler reads (``/metrics?name[]=``,
     # autoscaler/metrics/filtering.py): a fifth of the page to render, send and parse.
     # A server that ignores the query still works; off only for a proxy that refuses one.
@@ -173,19 +172,16 @@ class Settings(BaseSettings):
             )
         return self
 
-    @model_validator(mode="after")
-    def _check_scrape_workers(self) -> Settings:
-        if self.scrape_workers and self.prometheus_url:
-            raise ValueError(
-                f"scrape_workers={self.scrape_workers} needs pod scraping, but "
-                f"prometheus_url={self.prometheus_url!r} reads the signals from Prometheus: "
-                "unset one of them (scrape_workers=0 with Prometheus)"
-            )
-        return self
+    @property
+    def effective_tick_phases(self) -> int:
+        """The phases the loop runs: `tick_phases` scraping pods, 1 with Prometheus (one
+        grouped query per signal per tick)."""
+        return 1 if self.prometheus_url else self.tick_phases
 
     @model_validator(mode="after")
     def _check_tick_phases(self) -> Settings:
-        if self.tick_phases > 1 and self.prometheus_url:
+        # the default is pod-scrape mode's; with Prometheus it is 1 (`effective_tick_phases`)
+        if self.tick_phases > 1 and self.prometheus_url and "tick_phases" in self.model_fields_set:
             raise ValueError(
                 f"tick_phases={self.tick_phases} spreads pod scrapes over the tick, but "
                 f"prometheus_url={self.prometheus_url!r} reads every target in one grouped "

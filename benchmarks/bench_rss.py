@@ -703,7 +703,7 @@ async def child(
     state = ctl.state
     phase_peak: dict[str, float] = {}
     source = ctl.loop.signals.source  # type: ignore[attr-defined]
-    workers = settings.scrape_workers
+    workers = getattr(settings, "scrape_workers", 0)  # code before their removal
     worker_pids = source.pids if workers else list  # ScrapeWorkers: each worker's pid
     # and the workers' reaper (older revisions: none, each worker its parent's child)
     reaper_pids = getattr(source, "reaper_pids", list) if workers else list

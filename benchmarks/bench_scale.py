@@ -48,6 +48,7 @@ import math
 import multiprocessing
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -55,6 +56,11 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+if "--variant" in sys.argv and "no-lazy-kube" in sys.argv:
+    # the ablation's variant (e): the real kubernetes_asyncio.client imported before any
+    # autoscaler module, so `autoscaler._lazy_kube.install` leaves it alone
+    import kubernetes_asyncio.client  # noqa: F401
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -64,6 +70,7 @@ from revisions import compared_table, extract, short_rev, tree_rev
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "scale.json"
+DEFAULT_PHASES = 10  # the tick phases the ablation's "default" runs
 POLICY = {
     "maxReplicaCount": 16,
     "metrics": [{"signal": "running", "target": 42}],
@@ -207,6 +214,7 @@ async def measure(
             self.tick_log: list[tuple[float, float]] = []  # (end time, duration)
             self.lag_log: list[tuple[float, float]] = []  # (time, decision lag)
             self.decided = 0
+            self.by_target: dict[TargetRef, int] = {}
 
         def observe_decision_lag(self, lag_s: float) -> None:  # code since tick phases
             super().observe_decision_lag(lag_s)
@@ -219,6 +227,7 @@ async def measure(
         def observe_decision(self, ref: TargetRef, decision: Decision) -> None:
             super().observe_decision(ref, decision)
             self.decided += 1
+            self.by_target[ref] = self.by_target.get(ref, 0) + 1
 
     def api_calls() -> dict[str, Any]:
         return dict(json.loads(stats.read_text()))
@@ -226,7 +235,9 @@ async def measure(
     extra: dict[str, Any] = {}
     if args.scrape_workers:  # code before scrape workers ignores the setting
         extra["scrape_workers"] = args.scrape_workers
-    if args.tick_phases > 1:  # code before tick phases ignores the setting
+    # --tick-phases P: as the flag (code before tick phases has no such setting);
+    # unset: the code's own default
+    if args.tick_phases is not None and "tick_phases" in Settings.model_fields:
         extra["tick_phases"] = args.tick_phases
     settings = Settings(
         http=HttpSettings(host="127.0.0.1", port=0),
@@ -255,16 +266,27 @@ async def measure(
             gc_found[info["generation"]] += info["collected"]
 
     gc.callbacks.append(on_gc)
+    if args.variant == "aiohttp":  # (b): the pods' pages over aiohttp
+        import autoscaler.metrics.pod_scrape as pod_scrape
+
+        setattr(pod_scrape, "PageClient", AiohttpPageClient)  # noqa: B010
     api = api_client_for(url)
     ctl = Controller(settings, api, identity="bench", metrics=metrics)
     t0 = time.monotonic()
     await ctl.start()
+    phases = getattr(ctl.loop, "tick_phases", 1)  # what the loop runs
+    if os.environ.get("BENCH_NO_STRAGGLER") and ctl.loop is not None:
+        ctl.loop.straggler_wait_s = None
     # what `llm-autoscaler run` does once started, as far as the code measured has it
     tune = _run_module_attr("tune_gc")
     pacer = None
     if tune is not None:
-        # since the GC pacer, tune_gc takes the controller (its loop's ticks pace the GC)
+        # between the GC pacer's commit and its removal, tune_gc took the controller
         pacer = tune(ctl) if inspect.signature(tune).parameters else tune()
+    trimmer = None
+    every = _run_module_attr("release_free_memory_every")  # as `llm-autoscaler run` did
+    if every is not None:
+        trimmer = asyncio.create_task(every())
     samples: list[dict[str, float]] = []
 
     def sample(now: float) -> dict[str, float]:
@@ -289,6 +311,7 @@ async def measure(
         start_workers = sum(proc_cpu_s(p) for p in helpers)
         start_cluster = proc_cpu_s(cluster_pid)
         start_t, start_cpu, start_dec = time.monotonic(), cpu_s(), metrics.decided
+        start_by_target = dict(metrics.by_target)
         start_gc, start_gc_n = list(gc_time), list(gc_count)
         start_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start_calls = api_calls()
@@ -304,6 +327,9 @@ async def measure(
         cluster_cpu = proc_cpu_s(cluster_pid) - start_cluster
         cpu = own_cpu + workers_cpu
         decisions = metrics.decided - start_dec
+        per_target = [
+            metrics.by_target.get(ref, 0) - start_by_target.get(ref, 0) for ref in ctl.state.targets
+        ]
         end_calls = api_calls()
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start_faults
         gc_s = [b - a for a, b in zip(start_gc, gc_time, strict=True)]
@@ -318,6 +344,8 @@ async def measure(
             print("\n".join(str(x) for x in top), file=sys.__stdout__, flush=True)
     finally:
         gc.callbacks.remove(on_gc)
+        if trimmer is not None:
+            trimmer.cancel()
         await ctl.stop()
         await api.close()
     window = [d for end, d in metrics.tick_log if start_t <= end <= start_t + wall]
@@ -326,7 +354,7 @@ async def measure(
     lag_q = statistics.quantiles(lags, n=100) if len(lags) >= 2 else [float("nan")] * 99
     # ticks of the whole interval: a phased loop's ticks are phases (some skipped when
     # one runs long), so there a tick is one decision per target
-    n_ticks = max(len(window) if args.tick_phases <= 1 else decisions / targets, 1)
+    n_ticks = max(len(window) if phases <= 1 else decisions / targets, 1)
     calls = end_calls["calls"] - start_calls["calls"]
     verbs = {
         k: v - start_calls["verbs"].get(k, 0)
@@ -340,12 +368,17 @@ async def measure(
         "ticks": len(window),
         "tick_p50_ms": round(q[49] * 1000, 1),
         "tick_p99_ms": round(q[98] * 1000, 1),
-        "tick_phases": args.tick_phases,
+        "tick_phases": phases,
         # from when each target was due to its decision (code before tick phases: nan)
         "decision_lag_p50_ms": round(lag_q[49] * 1000, 1),
         "decision_lag_p99_ms": round(lag_q[98] * 1000, 1),
         "decision_lag_max_ms": round(max(lags) * 1000, 1) if lags else float("nan"),
         "decisions_per_target_s": round(decisions / targets / wall, 3),
+        # the least-decided target's rate (a target never decided counts as 0)
+        "min_decisions_per_target_s": round(
+            min(per_target + [0] * (targets - len(per_target))) / wall, 3
+        ),
+        "variant": args.variant,
         "scrape_workers": args.scrape_workers,
         "cluster_loop": args.cluster_loop,
         # CPU: the controller's own (RUSAGE_SELF) + its scrape workers' (/proc/<pid>/stat)
@@ -378,6 +411,59 @@ async def measure(
     }
 
 
+class AiohttpPageClient:
+    """`PageClient`'s interface on aiohttp (the ablation's variant (b)): one
+    ``ClientSession`` with a keep-alive connector, ``ClientTimeout(total=timeout_s)`` for
+    the whole request (connect, headers and body), the body bounded while it arrives."""
+
+    def __init__(self, *, timeout_s: float, max_body_bytes: int, keepalive_s: float = 30.0) -> None:
+        import aiohttp
+
+        self.timeout_s = timeout_s
+        self.max_body_bytes = max_body_bytes
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=keepalive_s),
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+            headers={"Accept": "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"},
+        )
+        self._urls: dict[tuple[str, bytes], Any] = {}
+        self.connects = 0
+
+    async def get(self, url: str, query: bytes = b"") -> bytes:
+        import yarl
+
+        from autoscaler.metrics.page_client import PageFetchError
+
+        key = (url, query)
+        target = self._urls.get(key)
+        if target is None:
+            sep = "&" if "?" in url else "?"
+            full = f"{url}{sep}{query.decode('ascii')}" if query else url
+            target = self._urls[key] = yarl.URL(full, encoded=True)
+        async with self._session.get(target, allow_redirects=False) as resp:
+            if resp.status != 200:
+                raise PageFetchError(f"HTTP {resp.status}")
+            if (resp.content_length or 0) > self.max_body_bytes:
+                raise PageFetchError(f"body over {self.max_body_bytes} bytes")
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.content.iter_any():
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    raise PageFetchError(f"body over {self.max_body_bytes} bytes")
+                chunks.append(chunk)
+            return b"".join(chunks)
+
+    def release_buffers(self) -> int:
+        return 0
+
+    def idle_connections(self) -> int:
+        return 0
+
+    async def close(self) -> None:
+        await self._session.close()
+
+
 def _run_module_attr(name: str) -> Any:
     """``autoscaler.commands.run.<name>`` if the code measured has it (a baseline may not)."""
     from autoscaler.commands import run
@@ -401,7 +487,9 @@ def run_one(targets: int, args: argparse.Namespace) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp:
         ready, stats = Path(tmp) / "ready.json", Path(tmp) / "stats.json"
-        proc = multiprocessing.Process(
+        # spawned, not forked: it shares no pages with the measured process, whose PSS
+        # is then its own
+        proc = multiprocessing.get_context("spawn").Process(
             target=serve_cluster,
             args=(
                 targets,
@@ -478,6 +566,7 @@ def _run_worker(
     args: argparse.Namespace,
     workers: int | None = None,
     phases: int | None = None,
+    variant: str = "default",
 ) -> dict[str, Any]:
     """One measurement in a fresh process, of the code under ``code`` (else this tree),
     with ``workers`` scrape workers (default: ``--scrape-workers``) and ``phases`` tick
@@ -491,7 +580,10 @@ def _run_worker(
     cmd += ["--event-loop", args.event_loop, "--page-variants", str(args.page_variants)]
     cmd += ["--cluster-loop", args.cluster_loop]
     cmd += ["--scrape-workers", str(args.scrape_workers if workers is None else workers)]
-    cmd += ["--tick-phases", str(args.tick_phases if phases is None else phases)]
+    tick_phases = args.tick_phases if phases is None else phases
+    if tick_phases is not None:
+        cmd += ["--tick-phases", str(tick_phases)]
+    cmd += ["--variant", variant]
     # run in the measured tree: its scrape workers (python -m) import from the working
     # directory first (code before 61a04f9 does not choose their directory itself)
     cwd = str(code or ROOT)
@@ -555,8 +647,8 @@ def compare_phases(args: argparse.Namespace) -> None:
 def _compare_tree(
     args: argparse.Namespace,
     option: str,
-    first: tuple[str, dict[str, int]],
-    second: tuple[str, dict[str, int]],
+    first: tuple[str, dict[str, Any]],
+    second: tuple[str, dict[str, Any]],
     default_name: str,
 ) -> None:
     """This tree with two settings (a label and `_run_worker`'s keywords each),
@@ -600,6 +692,157 @@ def _compare_tree(
     out = Path(name) if os.sep in name else RESULTS.with_name(name)  # a path, or a name there
     out.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote {out}", file=sys.stderr)
+
+
+# The ablation (``--ablation``): each variant in a fresh process, (name, scrape workers,
+# tick phases); "default" is the configuration with every mechanism on and no flags.
+ABLATION_VARIANTS: tuple[tuple[str, int, int], ...] = (
+    ("default", 0, DEFAULT_PHASES),
+    ("workers", 2, DEFAULT_PHASES),
+    ("aiohttp", 0, DEFAULT_PHASES),
+    ("no-lazy-kube", 0, DEFAULT_PHASES),
+    ("no-phases", 0, 1),
+)
+# (mechanism, the variant with it, the variant without it)
+MECHANISMS: tuple[tuple[str, str, str], ...] = (
+    ("(a) scrape worker pool (K=2 vs in-process)", "workers", "default"),
+    ("(b) hand-written HTTP/epoll client (vs aiohttp)", "default", "aiohttp"),
+    ("(e) lazy kubernetes_asyncio (sys.modules)", "default", "no-lazy-kube"),
+    (f"(f) tick phases (P={DEFAULT_PHASES} vs 1)", "default", "no-phases"),
+)
+# (label, key, True when higher is better): the figures the 20% rule reads
+ABLATION_FIGURES: tuple[tuple[str, str, bool], ...] = (
+    ("CPU ms/tick/target", "cpu_ms_per_tick_per_target", False),
+    ("PSS MB (group)", "pss_mb_sum_end", False),
+    ("decision lag p99 ms", "decision_lag_p99_ms", False),
+    ("decisions/target/s", "decisions_per_target_s", True),
+    ("min decisions/target/s", "min_decisions_per_target_s", True),
+)
+RULE = 0.20  # a mechanism stays only if removing it costs more than this on one figure
+
+
+def removal_cost(with_: float, without: float, higher_is_better: bool) -> float:
+    """What removing a mechanism costs on one figure, as a fraction of the figure with
+    it (positive: worse without it)."""
+    if not with_ or math.isnan(with_) or math.isnan(without):
+        return float("nan")
+    return (with_ - without) / with_ if higher_is_better else (without - with_) / with_
+
+
+def ablation(args: argparse.Namespace) -> None:
+    """``--ablation``: every `ABLATION_VARIANTS` entry in a fresh process, one after the
+    other, ``--rounds`` rounds (the machine is shared: a round sees the same load for
+    every variant); the median of each figure, and each mechanism's removal cost."""
+    head = tree_rev()
+    n = args.targets[0]
+    raw: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in ABLATION_VARIANTS}
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        # the tree as it is now, for every run: edits made while it runs are not measured
+        code = Path(tmp)
+        shutil.copytree(ROOT / "autoscaler", code / "autoscaler")
+        # the worker pool was removed by the ablation's verdict: its variant runs the
+        # revision given by --workers-rev (extracted with git archive), else is skipped
+        pool = code
+        if not (code / "autoscaler/metrics/scrape_workers.py").exists():
+            pool = (
+                extract(args.workers_rev, code.with_name(code.name + "-w"))
+                if args.workers_rev
+                else None
+            )
+        for r in range(args.rounds):
+            for name, workers, phases in ABLATION_VARIANTS:
+                if name == "workers" and pool is None:
+                    continue
+                tree = pool if name == "workers" else code
+                assert tree is not None
+                row = _run_worker(tree, n, args, workers=workers, phases=phases, variant=name)
+                raw[name].append(row)
+                print(f"round {r + 1} {name}:\n{table([row])}", flush=True)
+    raw = {name: rows for name, rows in raw.items() if rows}
+    medians = {
+        name: {key: _median([row[key] for row in rows]) for _, key, _ in ABLATION_FIGURES}
+        | {"rss_mb_sum_end": _median([row["rss_mb_sum_end"] for row in rows])}
+        | {"cpu_cores": _median([row["cpu_cores"] for row in rows])}
+        for name, rows in raw.items()
+    }
+    verdicts = []
+    for mechanism, with_, without in MECHANISMS:
+        if with_ not in medians or without not in medians:
+            continue
+        costs = {
+            key: removal_cost(medians[with_][key], medians[without][key], better)
+            for _, key, better in ABLATION_FIGURES
+        }
+        worst = max((c for c in costs.values() if not math.isnan(c)), default=float("nan"))
+        verdicts.append(
+            {
+                "mechanism": mechanism,
+                "with": with_,
+                "without": without,
+                "removal_cost": {k: round(v, 3) for k, v in costs.items()},
+                "verdict": "stays" if worst > RULE else "goes",
+            }
+        )
+    markdown = ablation_table(n, args, medians, verdicts)
+    print(markdown, flush=True)
+    document = {
+        "benchmark": "bench_scale --ablation",
+        "command": " ".join(["benchmarks/bench_scale.py", *sys.argv[1:]]),
+        "code": head,
+        "targets": n,
+        "pods_per_target": args.pods,
+        "rounds": args.rounds,
+        "memory": "PSS summed over the controller and its worker/reaper processes "
+        "(/proc/<pid>/smaps_rollup); the cluster process is spawned, sharing no pages",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+        },
+        "variants": {
+            name: {"scrape_workers": w, "tick_phases": p} for name, w, p in ABLATION_VARIANTS
+        },
+        "medians": medians,
+        "mechanisms": verdicts,
+        "markdown": markdown,
+        "raw": raw,
+    }
+    name = args.out or "ablation.json"
+    out = Path(name) if os.sep in name else RESULTS.with_name(name)
+    out.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
+
+
+def _median(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return round(statistics.median(finite), 3) if finite else float("nan")
+
+
+def ablation_table(
+    n: int,
+    args: argparse.Namespace,
+    medians: dict[str, dict[str, float]],
+    verdicts: list[dict[str, Any]],
+) -> str:
+    head = (
+        f"N={n} targets x {args.pods} pods, 1 s polling, one process, median of "
+        f"{args.rounds} rounds; each cell: with -> without (removal cost)\n\n"
+        "| mechanism | "
+        + " | ".join(label for label, _, _ in ABLATION_FIGURES)
+        + " | verdict |\n|---|"
+        + "---|" * (len(ABLATION_FIGURES) + 1)
+        + "\n"
+    )
+    body = ""
+    for v in verdicts:
+        cells = [
+            f"{medians[v['with']][key]} -> {medians[v['without']][key]} "
+            f"({v['removal_cost'][key]:+.0%})"
+            for _, key, _ in ABLATION_FIGURES
+        ]
+        body += f"| {v['mechanism']} | " + " | ".join(cells) + f" | {v['verdict']} |\n"
+    return head + body
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -662,8 +905,9 @@ def main() -> None:
     parser.add_argument(
         "--tick-phases",
         type=int,
-        default=1,
-        help="as `llm-autoscaler run --tick-phases` (1: every target at each tick's start)",
+        default=None,
+        help="as `llm-autoscaler run --tick-phases` (1: every target at each tick's start; "
+        "default: the measured code's own default, i.e. no flag)",
     )
     parser.add_argument(
         "--compare-phases",
@@ -722,6 +966,24 @@ def main() -> None:
     parser.add_argument(
         "--trace-memory", action="store_true", help="print the top allocating lines at the end"
     )
+    parser.add_argument(
+        "--ablation",
+        action="store_true",
+        help="each performance mechanism side by side with it removed, at --targets "
+        "(first N), --rounds rounds (writes benchmarks/results/ablation.json)",
+    )
+    parser.add_argument(
+        "--workers-rev",
+        default=None,
+        help="with --ablation: the git revision whose scrape worker pool the 'workers' "
+        "variant runs (the pool is not in this tree; e.g. 5dfab49)",
+    )
+    parser.add_argument(
+        "--variant",
+        default="default",
+        choices=[name for name, _, _ in ABLATION_VARIANTS],
+        help="one ablation variant (with --scrape-workers/--tick-phases as it needs)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -735,6 +997,9 @@ def main() -> None:
         return
     if args.baseline:
         compare(args)
+        return
+    if args.ablation:
+        ablation(args)
         return
     if args.compare_workers:
         compare_workers(args)

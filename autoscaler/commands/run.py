@@ -9,22 +9,16 @@ import gc
 import signal
 import sys
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
-from autoscaler.commands import glibc
-from autoscaler.commands.gc_pacing import BACKSTOP_THRESHOLDS, GcPacer
 from autoscaler.errors import AutoscalerError
 from autoscaler.settings import Settings
 
-if TYPE_CHECKING:
-    from autoscaler.app import Controller
-
 _T = TypeVar("_T")
 EVENT_LOOPS: Final = ("auto", "uvloop", "asyncio")
-# The cyclic GC once the controller runs without a control loop to pace it (CPython's
-# default young threshold is 700: ~16 collections a second mid-tick, promoting each
-# tick's short-lived objects, ~17% of the CPU at 100 targets). With a control loop,
-# `tune_gc` paces the young collections between ticks instead (gc_pacing.py).
+# The cyclic GC once the controller has started (CPython's default young threshold is 700:
+# ~16 collections a second mid-tick, promoting each tick's short-lived objects, ~17% of
+# the CPU at 100 targets).
 GC_THRESHOLDS: Final = (50_000, 20, 20)
 
 DESCRIPTION = """\
@@ -75,9 +69,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--scrape-workers",
         type=int,
         default=None,
-        help="scrape the pods in this many worker processes, so scraping is not capped "
-        "at the controller's one core (0: in the controller process; direct pod "
-        "scraping only, not with Prometheus; default: AUTOSCALER_SCRAPE_WORKERS, else 0)",
+        help=argparse.SUPPRESS,  # removed (one process holds its envelope): ignored
     )
     p.add_argument(
         "--tick-phases",
@@ -85,8 +77,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="spread the targets over this many phases of each tick interval, so a "
         "fleet's scrapes and decisions do not all land at once (1: every due target at "
-        "the start of each tick; pod scraping only, not with Prometheus; default: "
-        "AUTOSCALER_TICK_PHASES, else 1)",
+        "the start of each tick; pod scraping only, 1 with Prometheus; default: "
+        "AUTOSCALER_TICK_PHASES, else 10)",
     )
     p.add_argument(
         "--http-port",
@@ -130,63 +122,18 @@ def loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop
 
 
 def run_loop(main: Coroutine[Any, Any, _T], choice: str = "auto") -> _T:
-    """``asyncio.run(main)`` on the chosen event loop, malloc limited to one arena first
-    (`glibc.limit_malloc_arenas`: before the loop starts any thread)."""
-    glibc.limit_malloc_arenas()
+    """``asyncio.run(main)`` on the chosen event loop."""
     with asyncio.Runner(loop_factory=loop_factory(choice)) as runner:
         return runner.run(main)
 
 
-def tune_gc(controller: Controller | None = None) -> GcPacer | None:
+def tune_gc() -> None:
     """Once the controller has started: collect once, move every object alive now
     (modules, settings, clients) out of the collector's sight (`gc.freeze`: they are
-    never walked again) and give the start-up's freed memory back
-    (`release_free_memory`). With a controller whose control loop runs here, the young
-    collections run between its ticks (`GcPacer`, returned) and the automatic collector
-    only past the backstop (BACKSTOP_THRESHOLDS); otherwise the young threshold is
-    raised to GC_THRESHOLDS."""
+    never walked again) and raise the young threshold to GC_THRESHOLDS."""
     gc.collect()
     gc.freeze()
-    loop = controller.loop if controller is not None else None
-    pacer = None
-    if loop is not None:
-        pacer = GcPacer()
-        loop.after_tick = pacer.between_ticks
-        gc.set_threshold(*BACKSTOP_THRESHOLDS)
-    else:
-        gc.set_threshold(*GC_THRESHOLDS)
-    release_free_memory()
-    return pacer
-
-
-# How often the running controller hands glibc's free pages back to the system.
-TRIM_PERIOD_S: Final = 60.0
-
-
-def release_free_memory() -> bool:
-    """glibc's ``malloc_trim(0)``: the whole free pages of malloc's heap go back to the
-    system (3-5 MB of RSS at 1,000 targets, benchmarks/bench_rss.py; pymalloc's arenas
-    are not affected). False where the C library is not glibc (musl, macOS)."""
-    global _malloc_trim
-    if _malloc_trim is None:
-        _malloc_trim = glibc.malloc_trim() or False
-    if _malloc_trim is False:
-        return False
-    _malloc_trim()
-    return True
-
-
-_malloc_trim: Any = None  # glibc's malloc_trim once looked up; False: none
-
-
-async def release_free_memory_every(period_s: float = TRIM_PERIOD_S) -> None:
-    """`release_free_memory` every ``period_s`` until cancelled; returns at once where
-    it does nothing."""
-    if not release_free_memory():
-        return
-    while True:
-        await asyncio.sleep(period_s)
-        release_free_memory()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -205,7 +152,11 @@ async def _main(args: argparse.Namespace) -> int:
     if args.shard_scope is not None:
         overrides["shard_scope"] = args.shard_scope
     if args.scrape_workers is not None:
-        overrides["scrape_workers"] = args.scrape_workers
+        print(
+            "warning: --scrape-workers is deprecated and ignored: pods are scraped in the "
+            "controller process (past one process's envelope, run replicas with --shards)",
+            file=sys.stderr,
+        )
     if args.tick_phases is not None:
         overrides["tick_phases"] = args.tick_phases
     settings = Settings.load(**overrides)  # every bad value: field, value and rule
@@ -223,15 +174,11 @@ async def _main(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    trimmer: asyncio.Task[None] | None = None
     try:
         await controller.start()
-        tune_gc(controller)
-        trimmer = asyncio.create_task(release_free_memory_every(), name="malloc-trim")
+        tune_gc()
         await stop.wait()
     finally:
-        if trimmer is not None:
-            trimmer.cancel()
         await controller.stop()
         await api.close()
     return 0

@@ -7,6 +7,14 @@ burst each tick: a target's decision lag (due -> decided) is one P-th of the bur
 work, and every target still decides once per polling interval. P = 1 is the classic
 tick: every due target at once.
 
+Stragglers (``straggler_wait_s`` set, as `llm-autoscaler run` sets it to one tick step):
+after that long a tick stops waiting for its last few targets (at most `STRAGGLER_SHARE`
+of them, or `MIN_STRAGGLERS`); such a target (a pod that hangs after its headers or
+trickles its body, until the scrape deadline) finishes on its own, is not started again
+while it runs, and delays no other target's decision. More of them is an overloaded
+process: the tick waits for all (back-pressure). None (the default, and every test and
+simulator loop) always waits for all of them.
+
 A tick: observe the target (replicas, ready pods, capacity) -> read signals (missing,
 never zero, when a source fails) -> update the forecast -> `decide` (pure) -> actuate
 (leader only, direct mode only, re-deciding after a conflict) -> warm pool -> publish.
@@ -21,6 +29,7 @@ the loop itself restarts the ticking after an exponential backoff and sets
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import zlib
 from collections.abc import Callable, Iterable
@@ -48,6 +57,10 @@ from autoscaler.target import TargetSpec
 log = get_logger(__name__)
 
 RESTART_BACKOFF_MAX_S = 60.0
+# A tick stops waiting for its slowest targets (stragglers, module doc) only when they
+# are at most this share of its targets, or this many.
+STRAGGLER_SHARE = 0.05
+MIN_STRAGGLERS = 2
 
 PlannerFactory = Callable[[TargetSpec], PlannerPort]
 
@@ -69,7 +82,10 @@ class ControlLoop:
         summary_every_s: float = 60.0,
         decides: Callable[[TargetRef], bool] | None = None,
         tick_phases: int = 1,
+        straggler_wait_s: float | None = None,
     ) -> None:
+        if straggler_wait_s is not None and not straggler_wait_s > 0:
+            raise ValueError(f"straggler_wait_s={straggler_wait_s!r}: must be > 0 or None")
         if tick_phases < 1 or tick_phases != int(tick_phases):
             raise ValueError(f"tick_phases={tick_phases!r}: must be a whole number >= 1")
         self.state = state
@@ -82,6 +98,9 @@ class ControlLoop:
         self.tick_interval_s = tick_interval_s
         self.tick_phases = tick_phases
         self._step_s = tick_interval_s / tick_phases  # time between ticks
+        self.straggler_wait_s = straggler_wait_s
+        # reconciles still running after their tick stopped waiting (module doc)
+        self._in_flight: dict[TargetRef, asyncio.Task[Decision | None]] = {}
         self._grid_origin = self.clock.now()  # where every target's phase grid starts
         self.max_conflict_retries = max_conflict_retries
         self.dry_run = dry_run  # process-wide advisory mode: decide and publish, never write
@@ -95,9 +114,6 @@ class ControlLoop:
         self._summary = {"decisions": 0, "logged": 0}
         self._summary_t = self.clock.now()
         self._loop_failures = 0  # consecutive loop failures (restart backoff exponent)
-        # Called once after every tick, before the sleep to the next one (`run` sets the
-        # GC pacer here: autoscaler/commands/gc_pacing.py).
-        self.after_tick: Callable[[], object] | None = None
         state.loop.clock, state.loop.tick_interval_s = self.clock, tick_interval_s
 
     # -- targets --------------------------------------------------------------------------
@@ -141,6 +157,10 @@ class ControlLoop:
         while True:
             try:
                 await self._tick_forever()
+            except asyncio.CancelledError:
+                for task in self._in_flight.values():  # stopped: stragglers too
+                    task.cancel()
+                raise
             except Exception as err:  # supervision: whatever broke, tick again later
                 self._loop_failures += 1
                 delay_s = min(
@@ -162,8 +182,6 @@ class ControlLoop:
             next_t = self._grid_after(next_t - step / 2, 0.0, step)
         while True:
             await self.tick()
-            if self.after_tick is not None:
-                self.after_tick()
             next_t += step
             now = self.clock.now()
             if next_t < now:  # a slow tick: skip missed slots instead of bursting
@@ -216,13 +234,20 @@ class ControlLoop:
                 due_at[ref] = due_t
         if self.decides is not None:
             due = self._held_only(due)
+        if self._in_flight:  # still reconciling since an earlier tick: not started twice
+            due = [ref for ref in due if ref not in self._in_flight]
         for ref in due:
             if phased:
                 self._next_due[ref] = self._due_after(ref, due_at[ref], start)
             else:
                 interval = self.state.targets[ref].spec.policy.polling_interval
                 self._next_due[ref] = start + interval
-        results = await asyncio.gather(*(self._reconcile_guarded(ref, due_at[ref]) for ref in due))
+        if self.straggler_wait_s is None:
+            results = await asyncio.gather(
+                *(self._reconcile_guarded(ref, due_at[ref]) for ref in due)
+            )
+        else:
+            results = await self._reconcile_bounded(due, due_at, self.straggler_wait_s)
         self.state.ticks += 1
         self.state.ready = True
         self._log_summary(self.clock.now())
@@ -232,6 +257,36 @@ class ControlLoop:
         self.state.loop.error = None
         self._loop_failures = 0
         return [d for d in results if d is not None]
+
+    async def _reconcile_bounded(
+        self, due: list[TargetRef], due_at: dict[TargetRef, float], wait_s: float
+    ) -> list[Decision | None]:
+        """Reconcile ``due``, waiting at most ``wait_s``: the decisions done by then; the
+        others go on as stragglers (`_in_flight`, removed when they end)."""
+        if not due:
+            return []
+        tasks = [asyncio.ensure_future(self._reconcile_guarded(ref, due_at[ref])) for ref in due]
+        # A few slow targets are faulty pods; many are an overloaded process, and then the
+        # tick waits for them (the next one starts late: back-pressure, not a pile-up).
+        few = max(MIN_STRAGGLERS, math.ceil(STRAGGLER_SHARE * len(tasks)))
+        try:
+            done, pending = await asyncio.wait(tasks, timeout=wait_s)
+            while len(pending) > few:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            done = {t for t in tasks if t not in pending}
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            raise
+        for ref, task in zip(due, tasks, strict=True):
+            if task in pending:
+                self._in_flight[ref] = task
+                task.add_done_callback(functools.partial(self._straggler_done, ref))
+        return [t.result() for t in tasks if t in done]
+
+    def _straggler_done(self, ref: TargetRef, task: asyncio.Future[Decision | None]) -> None:
+        if self._in_flight.get(ref) is task:
+            del self._in_flight[ref]
 
     def _held_only(self, due: list[TargetRef]) -> list[TargetRef]:
         """Targets another replica writes are not reconciled here: their decision state and

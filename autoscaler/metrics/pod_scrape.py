@@ -7,9 +7,10 @@ timeout, and per-pod histories (for rates and windowed quantiles) live here, key
 target and pod name.
 A pod whose scrape fails, times out, returns non-200 or an invalid page is unknown this
 tick (not counted in ``pods_read``), and so is a pod whose page holds a value out of
-range (``+Inf``, NaN, a negative count; see `signals.snapshot_violation`), counted by
-reason in ``rejected``; a pod not read successfully for ``stale_after_s``
-loses its history, so a restarted pod never produces a rate across the gap.
+range (``+Inf``, NaN, a negative count) or implausible (``waiting 1e308``; see
+`signals.snapshot_violation`), counted by reason in ``rejected``; a pod not read
+successfully for ``stale_after_s`` loses its history, so a restarted pod never produces
+a rate across the gap.
 Pages over ``thread_parse_bytes`` are decoded and parsed in one worker thread, so a pod
 sending megabytes does not stall the event loop for the other targets.
 
@@ -207,7 +208,7 @@ class PodScrapeSource:
         for name in [n for n, h in histories.items() if n not in live]:
             if now - histories[name].t > self.config.stale_after_s:
                 del histories[name]
-        signals, bad = split_valid(aggregate(read))
+        signals, bad = split_valid(aggregate(read), len(read))
         for v in bad:  # computed out of range from valid pages (e.g. negative bucket bounds)
             errors.append(f"signal rejected {v}")
             rejected[v.reason] = rejected.get(v.reason, 0) + 1

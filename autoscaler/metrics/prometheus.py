@@ -616,7 +616,7 @@ def _reading(
         elif g.key_errors is not None and key in g.key_errors:
             errors.append(g.key_errors[key])
     answered = len(errors) < len(results) + len(grouped)
-    signals, bad = split_valid(raw)
+    signals, bad = split_valid(raw, len(pods))
     rejected: dict[str, int] = {}
     for v in bad:
         errors.append(f"rejected {v}")

@@ -22,9 +22,11 @@ bounds from zero). Why and what it saves: docs/scale.md, "Memory".
 
 This module is also the one boundary where numbers enter: `snapshot_violation` checks a
 pod's page values and `signal_violation` a canonical signal (finite; counts, rates and
-latencies >= 0; fractions within [0, 1]). A pod that violates counts as unread (it can
-hold or scale a target up, never down), and the violation's reason is one of
-`REJECT_REASONS` (a closed set: it labels a metric).
+latencies >= 0; fractions within [0, 1], `FRACTION_SLACK` above 1 read as 1) and their
+plausibility (upper bounds per pod, `MAX_REQUESTS_PER_POD`, `MAX_COUNT`,
+`MAX_RATE_PER_POD`, `MAX_LATENCY_S`; docs/metrics.md "Plausibility bounds"). A pod that
+violates counts as unread (it can hold or scale a target up, never down), and the
+violation's reason is one of `REJECT_REASONS` (a closed set: it labels a metric).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, pairwise
 
-from autoscaler.domain import FRACTION_SIGNALS
+from autoscaler.domain import FRACTION_SIGNALS, LATENCY_SIGNALS
 from autoscaler.metrics.engines import EngineSnapshot
 from autoscaler.metrics.exposition import HistogramData
 from autoscaler.packing import pack_floats, unpack_floats
@@ -66,8 +68,31 @@ RATES: tuple[tuple[str, str], ...] = (
 NOT_FINITE = "not-finite"
 NEGATIVE = "negative"
 ABOVE_ONE = "above-one"
-REJECT_REASONS: tuple[str, ...] = (NOT_FINITE, NEGATIVE, ABOVE_ONE)
+IMPLAUSIBLE = "implausible"
+REJECT_REASONS: tuple[str, ...] = (NOT_FINITE, NEGATIVE, ABOVE_ONE, IMPLAUSIBLE)
 _SNAPSHOT_FRACTIONS = frozenset({"kv_cache_usage"})
+
+# Plausibility: the largest value one pod can honestly report (docs/metrics.md
+# "Plausibility bounds"); above, the pod is unread with reason `IMPLAUSIBLE`.
+# Requests waiting or running on one pod: engines cap a batch at thousands and a queue is
+# bounded by the server's memory; 1e6 is three orders of magnitude above either.
+MAX_REQUESTS_PER_POD = 1e6
+# A counter, a histogram's bucket count or sum: above 2**53 a float64 no longer holds
+# every whole number, so increments (rates) are no longer exact.
+MAX_COUNT = 2.0**53
+# Rates per pod, per second: requests, tokens and preemptions far above what one
+# engine serves (a large GPU node serves ~1e4-1e5 tokens/s).
+MAX_RATE_PER_POD: dict[str, float] = {
+    "arrival_rate_per_s": 1e5,
+    "prompt_tokens_per_s": 1e7,
+    "generation_tokens_per_s": 1e6,
+    "preemptions_per_s": 1e5,
+}
+# A latency quantile (TTFT, ITL): a bucket bound of 1e308 would otherwise be a p99.
+MAX_LATENCY_S = 1e5
+# A usage fraction this much above 1 is float rounding in the engine: read as 1.
+FRACTION_SLACK = 1e-3
+_COUNT_SIGNALS = frozenset({"waiting", "running"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,24 +103,49 @@ class Violation:
     value: float
     reason: str  # one of REJECT_REASONS
 
+    limit: float = math.inf  # with IMPLAUSIBLE: the bound it is above
+
     def __str__(self) -> str:
-        rule = {NOT_FINITE: "must be finite", NEGATIVE: "must be >= 0", ABOVE_ONE: "must be <= 1"}
+        rule = {
+            NOT_FINITE: "must be finite",
+            NEGATIVE: "must be >= 0",
+            ABOVE_ONE: "must be <= 1",
+            IMPLAUSIBLE: f"must be <= {self.limit:g}",
+        }
         return f"{self.name}={self.value!r}: {rule[self.reason]} ({self.reason})"
 
 
-def _violation(name: str, value: float, fraction: bool) -> Violation | None:
+def _violation(
+    name: str, value: float, fraction: bool, limit: float = MAX_COUNT
+) -> Violation | None:
     if not math.isfinite(value):
         return Violation(name, value, NOT_FINITE)
     if value < 0:
         return Violation(name, value, NEGATIVE)
-    if fraction and value > 1:
-        return Violation(name, value, ABOVE_ONE)
+    if fraction:
+        if value > 1 + FRACTION_SLACK:
+            return Violation(name, value, ABOVE_ONE)
+    elif value > limit:
+        return Violation(name, value, IMPLAUSIBLE, limit)
     return None
 
 
-def signal_violation(name: str, value: float) -> Violation | None:
-    """A canonical signal's range: finite, >= 0, and <= 1 for fractions."""
-    return _violation(name, value, name in FRACTION_SIGNALS)
+def signal_limit(name: str, pods: int = 1) -> float:
+    """The plausible upper bound of a target's signal ``name`` summed over ``pods`` pods
+    (fractions: 1, checked apart)."""
+    if name in LATENCY_SIGNALS:
+        return MAX_LATENCY_S
+    n = max(pods, 1)
+    if name in _COUNT_SIGNALS:
+        return MAX_REQUESTS_PER_POD * n
+    rate = MAX_RATE_PER_POD.get(name)
+    return MAX_COUNT if rate is None else rate * n
+
+
+def signal_violation(name: str, value: float, pods: int = 1) -> Violation | None:
+    """A canonical signal's range: finite, >= 0, <= 1 for fractions (with
+    `FRACTION_SLACK`), and at most `signal_limit` (over ``pods`` pods) for the others."""
+    return _violation(name, value, name in FRACTION_SIGNALS, signal_limit(name, pods))
 
 
 _VALID_BOUNDS: dict[int, tuple[float, ...]] = {}  # bounds tuples found valid, by identity
@@ -123,10 +173,10 @@ def _histogram_valid(hist: HistogramData) -> bool:
         if len(_VALID_BOUNDS) >= 256:
             _VALID_BOUNDS.clear()
         _VALID_BOUNDS[id(bounds)] = bounds  # held: the id is not reused while here
-    if not (math.isfinite(sum(counts)) and min(counts) >= 0):
+    if not (math.isfinite(sum(counts)) and min(counts) >= 0 and max(counts) <= MAX_COUNT):
         return False
     for value in (hist.count, hist.sum):
-        if value is not None and not (math.isfinite(value) and value >= 0):
+        if value is not None and not (math.isfinite(value) and 0 <= value <= MAX_COUNT):
             return False
     return True
 
@@ -148,20 +198,29 @@ def _histogram_violation(key: str, hist: HistogramData) -> Violation | None:
     return None
 
 
+def _gauge_limit(key: str) -> float:
+    return MAX_REQUESTS_PER_POD if key in _COUNT_SIGNALS else MAX_COUNT
+
+
 def snapshot_violation(snapshot: EngineSnapshot) -> Violation | None:
     """The first value of a pod's page outside its range, or None when all are valid.
 
-    Gauges are counts (>= 0) or usage fractions (within [0, 1]); counters and bucket
-    counts are >= 0; every value is finite.
+    Gauges are counts (>= 0, waiting and running at most `MAX_REQUESTS_PER_POD`) or
+    usage fractions (within [0, 1] + `FRACTION_SLACK`); counters and bucket counts are
+    >= 0 and at most `MAX_COUNT`; every value is finite.
     """
     gauges, counters = snapshot.gauges, snapshot.counters
     if not (  # the common case, in C loops; else the first violation, in order
         _numbers_valid(gauges.values())
         and _numbers_valid(counters.values())
-        and all(gauges[k] <= 1 for k in _SNAPSHOT_FRACTIONS if k in gauges)
+        and (not counters or max(counters.values()) <= MAX_COUNT)
+        and all(gauges[k] <= 1 + FRACTION_SLACK for k in _SNAPSHOT_FRACTIONS if k in gauges)
+        and all(gauges[k] <= MAX_REQUESTS_PER_POD for k in _COUNT_SIGNALS if k in gauges)
+        and (not gauges or max(gauges.values()) <= MAX_COUNT)
     ):
         for key, value in gauges.items():
-            if (v := _violation(key, value, key in _SNAPSHOT_FRACTIONS)) is not None:
+            fraction = key in _SNAPSHOT_FRACTIONS
+            if (v := _violation(key, value, fraction, _gauge_limit(key))) is not None:
                 return v
         for key, value in counters.items():
             if (v := _violation(key, value, fraction=False)) is not None:
@@ -172,14 +231,17 @@ def snapshot_violation(snapshot: EngineSnapshot) -> Violation | None:
     return None
 
 
-def split_valid(signals: Mapping[str, float]) -> tuple[dict[str, float], list[Violation]]:
-    """The signals within range, and the violations of the others (dropped)."""
+def split_valid(
+    signals: Mapping[str, float], pods: int = 1
+) -> tuple[dict[str, float], list[Violation]]:
+    """The signals within range (a fraction within `FRACTION_SLACK` above 1 as 1) and
+    plausible for a target of ``pods`` pods, and the violations of the others (dropped)."""
     valid: dict[str, float] = {}
     bad: list[Violation] = []
     for name, value in signals.items():
-        v = signal_violation(name, value)
+        v = signal_violation(name, value, pods)
         if v is None:
-            valid[name] = value
+            valid[name] = min(value, 1.0) if name in FRACTION_SIGNALS else value
         else:
             bad.append(v)
     return valid, bad

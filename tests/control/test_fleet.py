@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from autoscaler.app import Controller
+from autoscaler.domain import TargetRef
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi.server import LocalKubeAPI
 from autoscaler.kube.sharding import ShardConfig, ShardManager
+from autoscaler.names import CRD_GROUP, CRD_PLURAL
 from tests.support.waiting import until
 from tests.support.workloads import add_llm_target, controller_settings, served_page
 
@@ -101,4 +103,49 @@ async def test_release_is_bounded_when_the_api_server_hangs(fleet: LocalKubeAPI)
     finally:
         fleet.faults.clear()
         await leases.stop()
+        await api.close()
+
+
+async def test_readyz_answers_from_memory_without_listing_targets(fleet: LocalKubeAPI) -> None:
+    import httpx
+
+    api = api_client_for(fleet.url)
+    ctl = Controller(controller_settings(leader_election=False), api, identity="a")
+    await ctl.start()
+    try:
+        await until(lambda: ctl.state.ready, 30, "the first tick")
+        # with tick phases the first tick can come before the target watch is open
+        await until(
+            lambda: any(c.verb == "watch" and c.resource == "llmautoscalers" for c in fleet.calls),
+            30,
+            "the target watch",
+        )
+        assert ctl.http is not None
+        before = len(fleet.calls)
+        async with httpx.AsyncClient(base_url=ctl.http.url) as http:
+            answers = [(await http.get("/readyz")).status_code for _ in range(20)]
+        during = [c for c in fleet.calls[before:] if c.resource == "llmautoscalers"]
+    finally:
+        await ctl.stop()
+        await api.close()
+    assert answers == [200] * 20
+    assert during == []  # no LIST per probe (it was one LIST of every target per probe)
+
+
+async def test_a_deleted_target_leaves_nothing_in_the_pod_index(fleet: LocalKubeAPI) -> None:
+    api = api_client_for(fleet.url)
+    ctl = Controller(controller_settings(leader_election=False), api, identity="a")
+    await ctl.start()
+    try:
+        await until(lambda: decided(ctl, 1), 30, "every target to decide")
+        assert ctl.cache is not None and ctl.cache.index.views == TARGETS
+        fleet.delete(CRD_PLURAL, "llm", "m0", group=CRD_GROUP)
+        await until(
+            lambda: ctl.cache is not None and ctl.cache.index.views == TARGETS - 1,
+            30,
+            "m0's view to go",
+        )
+        assert TargetRef("llm", "m0") not in ctl.state.targets
+    finally:
+        await ctl.stop()
         await api.close()

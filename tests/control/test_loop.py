@@ -191,21 +191,6 @@ async def test_run_ticks_on_the_clock_and_publishes(monkeypatch: pytest.MonkeyPa
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_the_after_tick_hook_runs_once_after_each_completed_tick() -> None:
-    loop, _, signals, state, clock = make()
-    signals.values = {"waiting": 4}
-    seen: list[int] = []
-    loop.after_tick = lambda: seen.append(state.ticks)
-    task = asyncio.create_task(loop.run())
-    try:
-        await clock.advance(0)
-        await clock.advance(2.0)
-        assert seen == [1, 2, 3]  # each call after its tick has been counted
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-
 async def test_policy_edit_takes_effect_on_next_tick() -> None:
     loop, cluster, signals, _, _ = make()
     signals.values = {"waiting": 16}

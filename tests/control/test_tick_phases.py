@@ -32,7 +32,7 @@ from autoscaler.policy.schema import validate_policy
 from autoscaler.settings import Settings
 from autoscaler.store.base import StoredTarget
 from autoscaler.target import TargetSpec
-from tests.control.test_scrape_workers_wiring import (
+from tests.control.test_pod_scrape_wiring import (
     cluster,  # noqa: F401 - a fixture
     replicas,
 )
@@ -235,7 +235,7 @@ def test_the_tick_phases_flag_and_env_var_go_through_the_same_validation(
     from autoscaler.cli import main
 
     monkeypatch.delenv("AUTOSCALER_PROMETHEUS_URL", raising=False)
-    assert Settings.load().tick_phases == 1  # default: the classic tick
+    assert Settings.load().tick_phases == 10  # default: spread over the interval
     assert main(["run", "--tick-phases", "0", "--kubeconfig", "/nonexistent"]) == 1
     assert "tick_phases: 0: Input should be greater than or equal to 1" in (capsys.readouterr().err)
     monkeypatch.setenv("AUTOSCALER_TICK_PHASES", "10")
@@ -243,3 +243,9 @@ def test_the_tick_phases_flag_and_env_var_go_through_the_same_validation(
     monkeypatch.setenv("AUTOSCALER_PROMETHEUS_URL", "http://prom:9090")
     assert main(["run", "--kubeconfig", "/nonexistent"]) == 1
     assert "tick_phases=10 spreads pod scrapes" in capsys.readouterr().err
+
+
+def test_prometheus_mode_with_the_default_phases_runs_one_phase_without_error() -> None:
+    prom = Settings(prometheus_url="http://127.0.0.1:9090")
+    assert prom.tick_phases == 10 and prom.effective_tick_phases == 1
+    assert Settings().effective_tick_phases == 10

@@ -299,3 +299,13 @@ async def test_filters_through_prometheus_client_asgi_app_mounted_as_vllm_mounts
     assert queries[0::2] == [b"", ADAPTERS["vllm"].request_query, ADAPTERS["vllm"].request_query]
     filtered, full = seen[4][1], seen[5][1]
     assert 0 < filtered < full / 2
+
+
+async def test_a_pod_with_an_implausible_queue_is_unread_with_its_reason(two_pods) -> None:  # type: ignore[no-untyped-def]
+    pods, endpoints, source = two_pods
+    pods[0].set(waiting=3, running=10, kv=0.2)
+    pods[1].set(waiting=1e308, running=20, kv=0.6)
+    reading = await source.read("ns/llama", endpoints, now=1.0)
+    assert reading.pods_read == 1 and reading.rejected == {"implausible": 1}
+    assert reading.signals["waiting"] == 3  # the implausible pod's queue is not summed
+    assert any("pod-1" in e and "implausible" in e for e in reading.errors)

@@ -19,6 +19,7 @@ from autoscaler.metrics.signals import (
 )
 
 INF = math.inf
+NAN = math.nan
 
 
 def test_a_healthy_snapshot_has_no_violation() -> None:
@@ -66,7 +67,7 @@ def test_each_out_of_range_page_value_is_named_with_its_reason(
 
 def test_signal_ranges_follow_the_signal_kind() -> None:
     assert signal_violation("kv_cache_usage_max", 1.01) is not None
-    assert signal_violation("waiting", 1e6) is None  # counts have no upper bound
+    assert signal_violation("waiting", 1e6) is None  # the plausible bound, per pod
     assert signal_violation("ttft_p95_s", -0.1) is not None
     assert signal_violation("arrival_rate_per_s", INF) is not None
 
@@ -91,6 +92,8 @@ def _histogram_violation_per_bucket(key: str, hist: HistogramData) -> str | None
             return str(Violation(f"{key}_bucket{{le={bound:g}}}", count, "not-finite"))
         if count < 0:
             return str(Violation(f"{key}_bucket{{le={bound:g}}}", count, "negative"))
+        if count > 2.0**53:
+            return str(Violation(f"{key}_bucket{{le={bound:g}}}", count, "implausible", 2.0**53))
     for part, value in (("count", hist.count), ("sum", hist.sum)):
         if value is None:
             continue
@@ -98,12 +101,16 @@ def _histogram_violation_per_bucket(key: str, hist: HistogramData) -> str | None
             return str(Violation(f"{key}_{part}", value, "not-finite"))
         if value < 0:
             return str(Violation(f"{key}_{part}", value, "negative"))
+        if value > 2.0**53:
+            return str(Violation(f"{key}_{part}", value, "implausible", 2.0**53))
     return None
 
 
 _NUMBERS = st.one_of(
     st.floats(min_value=0, max_value=1e6),
-    st.sampled_from([0.0, -0.0, 1e308, -1e-9, -5.0, INF, -INF, math.nan]),
+    st.sampled_from(
+        [0.0, -0.0, 1.0005, 1.002, 1e6 + 1, 2.0**53, 2.0**54, 1e308, -1e-9, -5.0, INF, -INF, NAN]
+    ),
 )
 
 
@@ -122,9 +129,10 @@ def test_histogram_check_names_the_same_first_violation_as_a_per_bucket_check(
     assert (None if got is None else str(got)) == expected
 
 
-def test_a_histogram_whose_counts_overflow_when_summed_is_still_valid() -> None:
+def test_a_histogram_count_above_exact_float_range_is_implausible() -> None:
     hist = HistogramData((0.1, 1.0, INF), (1e308, 1e308, 1e308), 1e308, 1.0)
-    assert snapshot_violation(EngineSnapshot("vllm", histograms={"ttft": hist})) is None
+    v = snapshot_violation(EngineSnapshot("vllm", histograms={"ttft": hist}))
+    assert v is not None and v.reason == "implausible" and v.name == "ttft_bucket{le=0.1}"
 
 
 def _scalar_violation_per_value(snap: EngineSnapshot) -> str | None:
@@ -134,8 +142,13 @@ def _scalar_violation_per_value(snap: EngineSnapshot) -> str | None:
             return str(Violation(key, value, "not-finite"))
         if value < 0:
             return str(Violation(key, value, "negative"))
-        if key == "kv_cache_usage" and key in snap.gauges and value > 1:
-            return str(Violation(key, value, "above-one"))
+        if key == "kv_cache_usage" and key in snap.gauges:
+            if value > 1.001:
+                return str(Violation(key, value, "above-one"))
+            continue
+        limit = 1e6 if key in ("waiting", "running") and key in snap.gauges else 2.0**53
+        if value > limit:
+            return str(Violation(key, value, "implausible", limit))
     return None
 
 
@@ -152,9 +165,50 @@ def test_gauge_and_counter_check_names_the_same_first_violation_as_a_per_value_c
     assert (None if got is None else str(got)) == _scalar_violation_per_value(snap)
 
 
-def test_counters_that_overflow_when_summed_are_still_valid_and_a_later_histogram_checked() -> None:
+def test_counters_whose_sum_overflows_are_judged_one_by_one_and_a_later_histogram_checked() -> None:
     bad = HistogramData((0.1, INF), (1.0, -2.0))
-    big = {"waiting": 1e308, "running": 1e308}  # sums to +Inf: the per-value loop decides
-    snap = EngineSnapshot("vllm", big, {"requests": 1e308, "preemptions": 1e308}, {"ttft": bad})
+    big = {"waiting": 1e6, "running": 1e6}
+    counters = {"requests": 2.0**53, "preemptions": 2.0**53}  # each within its bound
+    snap = EngineSnapshot("vllm", big, counters, {"ttft": bad})
     v = snapshot_violation(snap)
     assert v is not None and v.name == "ttft_bucket{le=inf}"
+
+
+def test_a_pod_reporting_1e308_waiting_is_implausible_and_says_the_bound() -> None:
+    v = snapshot_violation(EngineSnapshot("vllm", {"waiting": 1e308, "running": 3.0}))
+    assert v is not None and (v.name, v.reason) == ("waiting", "implausible")
+    assert "must be <= 1e+06" in str(v) and "implausible" in REJECT_REASONS
+
+
+def test_kv_usage_within_the_slack_above_one_is_read_as_one() -> None:
+    assert snapshot_violation(EngineSnapshot("vllm", {"kv_cache_usage": 1.0005})) is None
+    valid, bad = split_valid({"kv_cache_usage": 1.0005, "kv_cache_usage_max": 1.0005})
+    assert valid == {"kv_cache_usage": 1.0, "kv_cache_usage_max": 1.0} and not bad
+    v = snapshot_violation(EngineSnapshot("vllm", {"kv_cache_usage": 1.002}))
+    assert v is not None and v.reason == "above-one"
+
+
+@pytest.mark.parametrize(
+    ("name", "per_pod_max"),
+    [
+        ("waiting", 1e6),
+        ("running", 1e6),
+        ("arrival_rate_per_s", 1e5),
+        ("prompt_tokens_per_s", 1e7),
+        ("generation_tokens_per_s", 1e6),
+        ("preemptions_per_s", 1e5),
+    ],
+)
+def test_target_signal_bounds_scale_with_the_pods_read(name: str, per_pod_max: float) -> None:
+    assert signal_violation(name, per_pod_max * 8, pods=8) is None
+    v = signal_violation(name, per_pod_max * 8 * 1.01, pods=8)
+    assert v is not None and v.reason == "implausible"
+    assert signal_violation(name, per_pod_max * 1.01, pods=1) is not None
+
+
+def test_a_latency_quantile_from_a_huge_bucket_bound_is_implausible() -> None:
+    assert signal_violation("ttft_p99_s", 60.0) is None
+    v = signal_violation("ttft_p99_s", 1e308)
+    assert v is not None and v.reason == "implausible"
+    valid, bad = split_valid({"ttft_p99_s": 1e308, "waiting": 2.0}, pods=1)
+    assert valid == {"waiting": 2.0} and [b.name for b in bad] == ["ttft_p99_s"]

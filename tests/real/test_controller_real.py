@@ -23,7 +23,6 @@ from tests.real.controlplane import ControlPlane
 from tests.real.kubectl import Kube
 from tests.real.test_crd_real import llmas
 from tests.support.fake_kubelet import FakeKubelet
-from tests.support.processes import alive
 from tests.support.waiting import until
 
 LOAD_REQUESTS = 600  # waiting requests injected into the first pod (256 run, the rest wait)
@@ -227,25 +226,18 @@ async def test_failover_mid_window_does_not_scale_down_inside_the_stabilization_
         await b.stop()
 
 
-async def test_scales_a_real_deployment_with_its_pods_scraped_by_worker_processes(
+async def test_scales_a_real_deployment_on_its_tick_phase(
     kube: Kube, namespace: str, kubelet: FakeKubelet, controller_api: ApiClient
 ) -> None:
-    """`--scrape-workers 2 --tick-phases 4` (the fleet configuration) against the real
-    control plane: the pods the ReplicaSet controller made (found by the informers) are
-    read by two worker processes on the target's tick phase, the target scales on what
-    they read, and stopping the controller ends (and reaps) the workers."""
-    ctl = Controller(
-        settings(scrape_workers=2, tick_phases=4), controller_api, identity="ctrl-workers"
-    )
+    """`--tick-phases 4` against the real control plane: the pods the ReplicaSet
+    controller made (found by the informers) are read on the target's tick phase, in the
+    controller process, and the target scales on what they read."""
+    ctl = Controller(settings(tick_phases=4), controller_api, identity="ctrl-phases")
     await ctl.start()
-    pids: list[int] = []
     try:
         assert ctl.loop is not None and ctl.loop.tick_phases == 4
-        source = ctl.loop.signals.source  # type: ignore[attr-defined]
         dep, _ = await _one_pod_under_load(kube, namespace, kubelet, ctl)
         await _poll(kube, dep, lambda d: d["spec"]["replicas"] == 3, 30, "scale to 3")
-        pids = [pid for pid in source.pids() if pid is not None]
-        assert len(pids) == 2, f"two scrape workers up, got pids {source.pids()}"
         ref = TargetRef(namespace, "llama")
         st = ctl.state.targets[ref]
         # the write lands before the tick publishes its decision: wait for that
@@ -258,8 +250,3 @@ async def test_scales_a_real_deployment_with_its_pods_scraped_by_worker_processe
         assert obs.complete and obs.pods_read and "waiting" in obs.signals, obs
     finally:
         await ctl.stop()
-    await until(
-        lambda: not any(alive(pid) for pid in pids),
-        10,
-        "the scrape workers to exit with the controller",
-    )

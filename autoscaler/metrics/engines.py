@@ -210,8 +210,8 @@ def _sglang(page: Page, extra: Page | None, strict: bool) -> EngineSnapshot:
     if ttft is not None:
         hist["ttft"] = ttft
     itl = _histogram(f.get("sglang:inter_token_latency_seconds"), strict) or _histogram(
-        f.get("sglang:time_per_output_token_seconds")
-    , strict)
+        f.get("sglang:time_per_output_token_seconds"), strict
+    )
     if itl is not None:
         hist["itl"] = itl
     e2e = _histogram(f.get("sglang:e2e_request_latency_seconds"), strict)
@@ -272,6 +272,15 @@ TRTLLM_FAMILIES: Final[tuple[str, ...]] = (
     "nv_trt_llm_request_metrics",
     "nv_trt_llm_kv_cache_block_metrics",
     "nv_inference_request_success",
+    # Triton's own queue gauge: the queue when the backend sends no "waiting" count
+    "nv_inference_pending_request_count",
+    # trtllm-serve (TensorRT-LLM's own OpenAI server, `MetricsCollector`): unprefixed
+    # names, each series labelled engine_type="trtllm"
+    "request_success",
+    "time_to_first_token_seconds",
+    "time_per_output_token_seconds",
+    "e2e_request_latency_seconds",
+    "request_queue_time_seconds",
 )
 
 
@@ -290,7 +299,12 @@ def _trtllm(page: Page, extra: Page | None, strict: bool) -> EngineSnapshot:
     f = page.families
     gauges: dict[str, float] = {}
     req = _by_label(f.get("nv_trt_llm_request_metrics"), "request_type")
-    _put(gauges, "waiting", req.get("waiting"))
+    waiting = req.get("waiting")
+    if waiting is None:
+        pending = _by_label(f.get("nv_inference_pending_request_count"), "model")
+        # an ensemble's requests are pending in front of its tensorrt_llm model
+        waiting = pending.get("tensorrt_llm", sum(pending.values()) if pending else None)
+    _put(gauges, "waiting", waiting)
     # "active" = context + generation requests currently in flight in the batch manager.
     _put(gauges, "running", req.get("active", req.get("scheduled")))
     kv_family = f.get("nv_trt_llm_kv_cache_block_metrics")
@@ -310,7 +324,31 @@ def _trtllm(page: Page, extra: Page | None, strict: bool) -> EngineSnapshot:
         per_model = _by_label(success, "model")
         value = per_model.get("tensorrt_llm")
         counters["requests"] = value if value is not None else (_counter(success) or 0.0)
-    return EngineSnapshot("trtllm", gauges, counters, {})
+    hist: dict[str, HistogramData] = {}
+    for key, name in (
+        ("ttft", "time_to_first_token_seconds"),
+        ("itl", "time_per_output_token_seconds"),
+        ("e2e", "e2e_request_latency_seconds"),
+        ("queue", "request_queue_time_seconds"),
+    ):
+        h = _histogram(_trtllm_serve(f.get(name)), strict)
+        if h is not None:
+            hist[key] = h
+    ttft = hist.get("ttft")
+    if "requests" not in counters:
+        if ttft is not None and ttft.count is not None:
+            counters["requests"] = ttft.count  # arrivals, as for vLLM
+        else:
+            _put(counters, "requests", _counter(_trtllm_serve(f.get("request_success"))))
+    return EngineSnapshot("trtllm", gauges, counters, hist)
+
+
+def _trtllm_serve(family: Family | None) -> Family | None:
+    """``family`` if it is trtllm-serve's (its series labelled engine_type="trtllm"):
+    unprefixed names are read only from TensorRT-LLM's own server."""
+    if family is None or not all(s.labels.get("engine_type") == "trtllm" for s in family.samples):
+        return None
+    return family
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +380,8 @@ _MARKERS: Final[tuple[tuple[str, str], ...]] = (
 
 
 def detect_engine(text: str) -> str | None:
-    """The engine whose metric prefix appears on the page (first sample line wins).
+    """The engine whose metric prefix appears on the page (first sample line wins); a
+    page with none whose series say engine_type="trtllm" is trtllm-serve's.
 
     Each search stops where the best match so far is, so the engines that are absent
     cost a scan of the page's head, not of the whole page.
@@ -354,6 +393,8 @@ def detect_engine(text: str) -> str | None:
         pos = text.find(marker, 0, best_pos + len(marker))
         if 0 <= pos < best_pos:
             best_pos, best = pos, engine
+    if best is None and 'engine_type="trtllm"' in text:
+        return "trtllm"
     return best
 
 

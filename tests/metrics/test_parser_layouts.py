@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoscaler.errors import ParseError
-from autoscaler.metrics import engines, exposition
+from autoscaler.metrics import exposition
 from autoscaler.metrics.engines import VLLM_FAMILIES, EngineSnapshot, read_snapshot
 from autoscaler.metrics.exposition import LAYOUTS, layout, merge_histogram, parse_page
 

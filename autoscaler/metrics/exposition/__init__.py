@@ -41,7 +41,6 @@ from autoscaler.metrics.exposition.histogram import merge_histogram
 from autoscaler.metrics.exposition.layout import (
     CACHE_BUDGET_BYTES,
     LAYOUTS,
-    check_page_start,
     read_page,
 )
 from autoscaler.metrics.exposition.model import Family, HistogramData, Page, Sample
@@ -75,9 +74,9 @@ def parse_page(
 ) -> Page:
     """Parse an exposition page; ``families`` restricts the result to those base names.
 
-    Lenient (``strict`` false, ``families`` given): at most ``max_lines`` (default MAX_WANTED_LINES) lines
-    that may belong to a wanted family are read. Strict: every line is checked (of a page
-    of at most ``max_lines`` lines, if given). Raises `ParseError` on a page over the
+    Lenient (``strict`` false, ``families`` given): at most ``max_lines`` (default
+    MAX_WANTED_LINES) lines that may belong to a wanted family are read. Strict: every
+    line is checked (of a page of at most ``max_lines`` lines, if given). Raises `ParseError` on a page over the
     bound, one that is not an exposition page, and in strict mode on any broken rule.
     """
     if not isinstance(text, str):

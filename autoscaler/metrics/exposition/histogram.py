@@ -63,11 +63,11 @@ def _merge(
     for name, labels, value, _ts in family.samples:
         if name == bucket_name:
             le_text = labels.get("le")
-            le = _BOUNDS.get(le_text) if le_text is not None else None  # type: ignore[arg-type]
+            le = _BOUNDS.get(le_text) if le_text is not None else None
             if le is None:
                 le = bucket_bound(labels, family.name, line)
-                if len(_BOUNDS) < 4096:
-                    _BOUNDS[le_text] = le  # type: ignore[index]
+                if le_text is not None and len(_BOUNDS) < 4096:
+                    _BOUNDS[le_text] = le
             by_le[le] = by_le.get(le, 0.0) + value
             if fast:
                 key: _Key = tuple([kv for kv in labels.items() if kv[0] != "le"])

@@ -94,7 +94,9 @@ class FamilyBuilder:
 
     def build(self, openmetrics: bool) -> Page:
         families = {
-            key: Family(key, self.type_of(key, rows), tuple(rows), self.first_line[key], self.helps.get(key))
+            key: Family(
+                key, self.type_of(key, rows), tuple(rows), self.first_line[key], self.helps.get(key)
+            )
             for key, rows in self.samples.items()
             if key not in self.dropped
         }

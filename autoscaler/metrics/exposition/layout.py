@@ -348,7 +348,7 @@ class LayoutCache:
 
 
 # What a layout costs is about 8x the text of the lines it reads (a vLLM V1 page filtered
-# to the adapter's families: ~60 kB), so the default budget holds ~1,000 distinct
+# to the adapter's families: ~54 kB), so the default budget holds ~1,200 distinct
 # skeletons (e.g. models); a fleet shares one per model and engine version.
 CACHE_BUDGET_BYTES = 64 * 1024 * 1024
 LAYOUT_MAX_BYTES = 1024 * 1024  # one page's layout at most (else it is read by the parser)

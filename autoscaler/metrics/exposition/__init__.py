@@ -48,6 +48,7 @@ from autoscaler.metrics.exposition.parser import parse_lines
 
 __all__ = [
     "CACHE_BUDGET_BYTES",
+    "LAYOUTS",
     "MAX_WANTED_LINES",
     "Family",
     "HistogramData",
@@ -76,8 +77,9 @@ def parse_page(
 
     Lenient (``strict`` false, ``families`` given): at most ``max_lines`` (default
     MAX_WANTED_LINES) lines that may belong to a wanted family are read. Strict: every
-    line is checked (of a page of at most ``max_lines`` lines, if given). Raises `ParseError` on a page over the
-    bound, one that is not an exposition page, and in strict mode on any broken rule.
+    line is checked (of a page of at most ``max_lines`` lines, if given). Raises
+    `ParseError` on a page over the bound, one that is not an exposition page, and in
+    strict mode on any broken rule.
     """
     if not isinstance(text, str):
         raise ParseError(f"expected text, got {type(text).__name__}", 1)

@@ -2,7 +2,9 @@
 into the per-process envelope (500 targets x 8 pods at 1 s = 4,000 pages/s, <= 1 core).
 
 Run: .venv/bin/python benchmarks/bench_parser.py [--rounds 7] [--targets 500] [--pods 8]
-(writes benchmarks/results/parser.json)
+[--baseline REV] (writes benchmarks/results/parser.json)
+``--baseline REV`` also runs the "layouts" and "line parser (no layouts)" rows with that git
+revision's package (`revisions.extract`, in a worker process, right after this tree's).
 
 Pages: the vLLM V1 0.10 fixture, whole (46 kB, what a pod that ignores ``?name[]=``
 sends) and filtered to the adapter's samples (10 kB, what vLLM answers the scrape's
@@ -28,16 +30,21 @@ import functools
 import gc
 import itertools
 import json
+import os
 import random
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from revisions import extract, git
 
 from autoscaler.metrics import exposition
 from autoscaler.metrics.engines import ADAPTERS, VLLM_REQUEST_SAMPLES, EngineSnapshot, read_snapshot
@@ -76,7 +83,7 @@ def by_prometheus_client(text: str) -> EngineSnapshot:
         m.name: Family(
             m.name,
             m.type,
-            tuple(Sample(s.name, s.labels, s.value, s.timestamp) for s in m.samples),
+            tuple(Sample(s.name, s.labels, s.value) for s in m.samples),  # no timestamps
             0,
             m.documentation,
         )
@@ -112,12 +119,16 @@ def per_call_s(fn: Callable[[str], object], pages: list[str], window_s: float = 
     return elapsed / n
 
 
-def single_pod(text: str, rounds: int) -> dict[str, float]:
+BASELINE_ROWS = ("line parser (no layouts)", "layouts")  # rows any revision can run
+
+
+def single_pod(text: str, rounds: int, rows: tuple[str, ...] = tuple(ROWS)) -> dict[str, float]:
     pages = variants(text)
-    times: dict[str, list[float]] = {name: [] for name in ROWS}
+    times: dict[str, list[float]] = {name: [] for name in rows}
     exposition.clear_caches()
     for _ in range(rounds):
-        for name, fn in ROWS.items():
+        for name in rows:
+            fn = ROWS[name]
             for page in pages[:3]:
                 fn(page)  # a layout needs its skeleton's second page
             times[name].append(per_call_s(fn, pages))
@@ -132,7 +143,7 @@ def envelope(text: str, targets: int, pods: int, ticks: int = 4) -> dict[str, di
     base = variants(text, 8)
     fleet = [[page.replace(MODEL, _model(i)) for page in base] for i in range(targets)]
     out: dict[str, dict[str, float]] = {}
-    for name in ("line parser (no layouts)", "layouts"):
+    for name in BASELINE_ROWS:
         fn = ROWS[name]
         exposition.clear_caches()
         gc.collect()
@@ -166,41 +177,67 @@ def envelope(text: str, targets: int, pods: int, ticks: int = 4) -> dict[str, di
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--targets", type=int, default=500)
-    parser.add_argument("--pods", type=int, default=8)
-    args = parser.parse_args()
+def measure(rounds: int, targets: int, pods: int, rows: tuple[str, ...]) -> dict[str, Any]:
     whole = PAGE.read_text()
     filtered = restrict_page(whole, VLLM_REQUEST_SAMPLES)
-    single = {
-        "whole page": single_pod(whole, args.rounds),
-        "filtered page": single_pod(filtered, args.rounds),
+    return {
+        "us_per_page": {
+            "whole page": single_pod(whole, rounds, rows),
+            "filtered page": single_pod(filtered, rounds, rows),
+        },
+        "envelope": envelope(filtered, targets, pods),
     }
-    print(f"{'row':28} {'whole us/page':>14} {'filtered us/page':>17} {'cores at 4,000/s':>17}")
-    for name in ROWS:
+
+
+def report(label: str, result: dict[str, Any], targets: int, pods: int) -> None:
+    single = result["us_per_page"]
+    print(f"{label}\n{'row':28} {'whole us/page':>14} {'filtered us/page':>17} {'cores':>6}")
+    for name in single["whole page"]:
         w, f = single["whole page"][name], single["filtered page"][name]
-        print(f"{name:28} {w:14.1f} {f:17.1f} {f * ENVELOPE_PAGES_PER_S / 1e6:17.2f}")
-    env = envelope(filtered, args.targets, args.pods)
-    print(
-        f"\nenvelope: {args.targets} targets (one model each) x {args.pods} pods,"
-        " filtered pages, steady state"
-    )
-    for name, row in env.items():
+        print(f"{name:28} {w:14.1f} {f:17.1f} {f * ENVELOPE_PAGES_PER_S / 1e6:6.2f}")
+    print(f"envelope: {targets} targets (one model each) x {pods} pods, filtered, steady state")
+    for name, row in result["envelope"].items():
         print(
             f"{name:28} {row['us_per_page']:7.1f} us/page  {row['core_share_at_4000_pages_s']:.2f}"
             f" core at 4,000 pages/s  layouts {row['layout_bytes'] / 1e6:.1f} MB"
             f" (traced {row['traced_bytes'] / 1e6:.1f} MB, {row['bytes_per_pod']} B/pod)"
         )
-    payload = {
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--targets", type=int, default=500)
+    parser.add_argument("--pods", type=int, default=8)
+    parser.add_argument("--baseline", default=None, help="also run this git revision's code")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(measure(args.rounds, args.targets, args.pods, BASELINE_ROWS)))
+        return
+    result = measure(args.rounds, args.targets, args.pods, tuple(ROWS))
+    report("this tree (cores: at 4,000 filtered pages/s)", result, args.targets, args.pods)
+    payload: dict[str, Any] = {
         "command": " ".join(["benchmarks/bench_parser.py", *sys.argv[1:]]),
+        "revision": git("rev-parse", "--short", "HEAD"),
         "page": PAGE.name,
         "variants": VARIANTS,
         "rounds": args.rounds,
-        "us_per_page": single,
-        "envelope": {"targets": args.targets, "pods": args.pods, "rows": env},
+        "envelope_size": {"targets": args.targets, "pods": args.pods},
+        **result,
     }
+    if args.baseline:
+        rev = git("rev-parse", "--short", args.baseline)
+        with tempfile.TemporaryDirectory() as tmp:
+            code = extract(rev, Path(tmp))
+            env = dict(os.environ, PYTHONPATH=str(code))
+            argv = [sys.executable, __file__, "--worker", "--rounds", str(args.rounds)]
+            argv += ["--targets", str(args.targets), "--pods", str(args.pods)]
+            done = subprocess.run(argv, check=True, capture_output=True, text=True, env=env)
+        baseline = json.loads(done.stdout.strip().splitlines()[-1])
+        report(f"baseline {rev}", baseline, args.targets, args.pods)
+        payload["baseline"] = {"revision": rev, **baseline}
     out = ROOT / "benchmarks" / "results" / "parser.json"
     out.write_text(json.dumps(payload, indent=2) + "\n")
 

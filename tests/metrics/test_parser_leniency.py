@@ -178,3 +178,31 @@ def test_each_lenient_shape_is_a_page_prometheus_client_accepts(name: str) -> No
     exposition.clear_caches()
     for _ in range(3):
         read_snapshot(text)  # never refused whole
+
+
+_PIECES = st.sampled_from(
+    [
+        *("m", "m_bucket", "m_count", "m_sum", "m_total", "x", "{", "}", ",", " ", "\t", "\n"),
+        *('le="1"', 'le="+Inf"', 'a="b"', "1", "2.5", "NaN", "+Inf", "-1", "1e3", "0x1"),
+        *("# TYPE m histogram\n", "# TYPE m counter\n", "# TYPE m gauge\n", "# HELP m x\n"),
+        *("# EOF\n", "#", '"', "\\", "=", ":", "_", ' # {a="1"} 1'),
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, max_size=25), st.sampled_from([["m"], ["m", "x", "m_bucket"]]))
+def test_any_token_soup_prometheus_client_accepts_is_never_refused_whole(
+    parts: list[str], wanted: list[str]
+) -> None:
+    text = "".join(parts)
+    try:
+        list(text_string_to_metric_families(text))
+    except Exception:  # any rejection by the reference parser
+        assume(False)
+        return
+    exposition.clear_caches()
+    for _ in range(3):  # line by line, then through a layout
+        page = parse_page(text, wanted)  # raises (fails the test) if refused whole
+        for family in page.families.values():
+            assert family.name in wanted

@@ -151,8 +151,7 @@ def test_a_spliced_page_prometheus_client_accepts_is_never_refused_by_the_scrape
     text = "\n".join(kept[:at]) + "\n" + data.draw(_JUNK) + "\n".join(kept[at:])
     try:
         reference = {f.name: f for f in text_string_to_metric_families(text)}
-    except Exception:  # any rejection by the reference parser
-        assume(False)
+    except Exception:  # rejected by the reference parser: nothing to hold ours to
         return
     exposition.clear_caches()
     for _ in range(3):  # line by line, then through a layout
@@ -190,7 +189,7 @@ _PIECES = st.sampled_from(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.lists(_PIECES, max_size=25), st.sampled_from([["m"], ["m", "x", "m_bucket"]]))
 def test_any_token_soup_prometheus_client_accepts_is_never_refused_whole(
     parts: list[str], wanted: list[str]
@@ -198,8 +197,7 @@ def test_any_token_soup_prometheus_client_accepts_is_never_refused_whole(
     text = "".join(parts)
     try:
         list(text_string_to_metric_families(text))
-    except Exception:  # any rejection by the reference parser
-        assume(False)
+    except Exception:  # rejected by the reference parser: nothing to hold ours to
         return
     exposition.clear_caches()
     for _ in range(3):  # line by line, then through a layout

@@ -14,21 +14,12 @@ summed (counts) or averaged (fractions) over data-parallel ranks.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from autoscaler.errors import ParseError
-from autoscaler.metrics.exposition import (
-    Family,
-    HistogramData,
-    LaidOut,
-    Page,
-    merge_histogram,
-    parse_page,
-    parse_page_values,
-)
+from autoscaler.metrics.exposition import Family, HistogramData, Page, merge_histogram, parse_page
 from autoscaler.metrics.filtering import name_query, sample_names
 
 EngineName = Literal["vllm", "sglang", "tgi", "trtllm"]
@@ -80,6 +71,18 @@ def _fraction(value: float | None, name: str, line: int) -> float | None:
     return value
 
 
+def _histogram(family: Family | None, strict: bool) -> HistogramData | None:
+    """`merge_histogram`, except that outside strict mode a histogram it cannot use (a
+    bucket without a float ``le``, a series with neither ``+Inf`` nor ``_count``) is
+    missing data, not a broken page: the pod's other signals are still read."""
+    try:
+        return merge_histogram(family)
+    except ParseError:
+        if strict:
+            raise
+        return None
+
+
 def _put(target: dict[str, float], key: str, value: float | None) -> None:
     if value is not None:
         target[key] = value
@@ -120,7 +123,7 @@ VLLM_REQUEST_SAMPLES: Final[tuple[str, ...]] = sample_names(
 )
 
 
-def _vllm(page: Page, extra: Page | None) -> EngineSnapshot:
+def _vllm(page: Page, extra: Page | None, strict: bool) -> EngineSnapshot:
     f = page.families
     gauges: dict[str, float] = {}
     _put(gauges, "waiting", _sum_samples(f.get("vllm:num_requests_waiting")))
@@ -134,12 +137,12 @@ def _vllm(page: Page, extra: Page | None) -> EngineSnapshot:
     _put(counters, "generation_tokens", _counter(f.get("vllm:generation_tokens")))
     _put(counters, "preemptions", _counter(f.get("vllm:num_preemptions")))
     hist: dict[str, HistogramData] = {}
-    ttft = merge_histogram(f.get("vllm:time_to_first_token_seconds"))
+    ttft = _histogram(f.get("vllm:time_to_first_token_seconds"), strict)
     if ttft is not None:
         hist["ttft"] = ttft
-    itl = merge_histogram(f.get("vllm:inter_token_latency_seconds"))
+    itl = _histogram(f.get("vllm:inter_token_latency_seconds"), strict)
     if itl is None and extra is not None:
-        itl = merge_histogram(extra.families.get("vllm:time_per_output_token_seconds"))
+        itl = _histogram(extra.families.get("vllm:time_per_output_token_seconds"), strict)
     if itl is not None:
         hist["itl"] = itl
     if extra is not None:
@@ -147,7 +150,7 @@ def _vllm(page: Page, extra: Page | None) -> EngineSnapshot:
             ("e2e", "vllm:e2e_request_latency_seconds"),
             ("queue", "vllm:request_queue_time_seconds"),
         ):
-            h = merge_histogram(extra.families.get(name))
+            h = _histogram(extra.families.get(name), strict)
             if h is not None:
                 hist[key] = h
     # Arrivals: requests reaching their first token (TTFT observations) are counted as
@@ -157,86 +160,6 @@ def _vllm(page: Page, extra: Page | None) -> EngineSnapshot:
     else:
         _put(counters, "requests", _counter(f.get("vllm:request_success")))
     return EngineSnapshot("vllm", gauges, counters, hist)
-
-
-_Plan = Callable[[list[float]], EngineSnapshot]
-_Pick = Callable[[list[float]], tuple[float, ...]]
-
-
-def _pick(indexes: list[int]) -> _Pick:
-    if len(indexes) >= 2:
-        return operator.itemgetter(*indexes)
-    only = indexes[0]
-    return lambda values: (values[only],)
-
-
-def _vllm_plan(read: LaidOut, page: Page) -> _Plan | None:
-    """`_vllm` of the pages of one layout as arithmetic on their values (the same sums in
-    the same order, the same checks), or None when it needs more than one page
-    (``extra``: no inter-token latency family)."""
-    layout, _ = read
-    f = page.families
-    if "vllm:inter_token_latency_seconds" not in f:
-        return None
-    spans = layout.spans()
-
-    def where(family: Family, sample_name: str) -> list[int]:
-        start = spans[family.name][0]
-        return [start + k for k, s in enumerate(family.samples) if s.name == sample_name]
-
-    gauges: list[tuple[str, _Pick]] = []
-    for key, name in (
-        ("waiting", "vllm:num_requests_waiting"),
-        ("running", "vllm:num_requests_running"),
-    ):
-        family = f.get(name)
-        if family is not None and (indexes := where(family, family.name)):
-            gauges.append((key, _pick(indexes)))
-    kv_family = f.get("vllm:kv_cache_usage_perc") or f.get("vllm:gpu_cache_usage_perc")
-    kv: tuple[_Pick, int, str, int] | None = None
-    if kv_family is not None and (indexes := where(kv_family, kv_family.name)):
-        kv = (_pick(indexes), len(indexes), kv_family.name, kv_family.line)
-    counters: list[tuple[str, _Pick]] = []
-    for key, name in (
-        ("prompt_tokens", "vllm:prompt_tokens"),
-        ("generation_tokens", "vllm:generation_tokens"),
-        ("preemptions", "vllm:num_preemptions"),
-    ):
-        family = f.get(name)
-        if family is not None:
-            indexes = where(family, family.name + "_total") or where(family, family.name)
-            if indexes:
-                counters.append((key, _pick(indexes)))
-    ttft = layout.histogram("vllm:time_to_first_token_seconds")
-    itl = layout.histogram("vllm:inter_token_latency_seconds")
-    success: _Pick | None = None
-    family = f.get("vllm:request_success")
-    if family is not None:
-        indexes = where(family, family.name + "_total") or where(family, family.name)
-        success = _pick(indexes) if indexes else None
-
-    def plan(values: list[float]) -> EngineSnapshot:
-        g = {key: sum(pick(values)) for key, pick in gauges}
-        if kv is not None:
-            pick, n, name, line = kv
-            usage = sum(pick(values)) / n
-            _fraction(usage, name, line)  # raises as `_vllm` does
-            g["kv_cache_usage"] = usage
-        c = {key: sum(pick(values)) for key, pick in counters}
-        h: dict[str, HistogramData] = {}
-        requests: float | None = None
-        if ttft is not None:
-            h["ttft"] = hist = ttft(values)
-            requests = hist.count
-        if itl is not None:
-            h["itl"] = itl(values)
-        if requests is not None:
-            c["requests"] = requests
-        elif success is not None:
-            c["requests"] = sum(success(values))
-        return EngineSnapshot("vllm", g, c, h)
-
-    return plan
 
 
 # --- SGLang -----------------------------------------------------------------------------
@@ -268,7 +191,7 @@ def _per_dp_rank(family: Family | None) -> list[float]:
     return list(ranks.values())
 
 
-def _sglang(page: Page, extra: Page | None) -> EngineSnapshot:
+def _sglang(page: Page, extra: Page | None, strict: bool) -> EngineSnapshot:
     f = page.families
     gauges: dict[str, float] = {}
     for key, name in (("waiting", "sglang:num_queue_reqs"), ("running", "sglang:num_running_reqs")):
@@ -283,15 +206,15 @@ def _sglang(page: Page, extra: Page | None) -> EngineSnapshot:
     _put(counters, "prompt_tokens", _counter(f.get("sglang:prompt_tokens")))
     _put(counters, "generation_tokens", _counter(f.get("sglang:generation_tokens")))
     hist: dict[str, HistogramData] = {}
-    ttft = merge_histogram(f.get("sglang:time_to_first_token_seconds"))
+    ttft = _histogram(f.get("sglang:time_to_first_token_seconds"), strict)
     if ttft is not None:
         hist["ttft"] = ttft
-    itl = merge_histogram(f.get("sglang:inter_token_latency_seconds")) or merge_histogram(
-        f.get("sglang:time_per_output_token_seconds")
+    itl = _histogram(f.get("sglang:inter_token_latency_seconds"), strict) or _histogram(
+        f.get("sglang:time_per_output_token_seconds"), strict
     )
     if itl is not None:
         hist["itl"] = itl
-    e2e = merge_histogram(f.get("sglang:e2e_request_latency_seconds"))
+    e2e = _histogram(f.get("sglang:e2e_request_latency_seconds"), strict)
     if e2e is not None:
         hist["e2e"] = e2e
     if ttft is not None and ttft.count is not None:
@@ -315,7 +238,7 @@ TGI_FAMILIES: Final[tuple[str, ...]] = (
 )
 
 
-def _tgi(page: Page, extra: Page | None) -> EngineSnapshot:
+def _tgi(page: Page, extra: Page | None, strict: bool) -> EngineSnapshot:
     f = page.families
     gauges: dict[str, float] = {}
     _put(gauges, "waiting", _sum_samples(f.get("tgi_queue_size")))
@@ -328,7 +251,7 @@ def _tgi(page: Page, extra: Page | None) -> EngineSnapshot:
         ("prompt_tokens", "tgi_request_input_length"),
         ("generation_tokens", "tgi_request_generated_tokens"),
     ):
-        h = merge_histogram(f.get(name))
+        h = _histogram(f.get(name), strict)
         if h is not None and h.sum is not None:
             counters[key] = h.sum
     hist: dict[str, HistogramData] = {}
@@ -337,7 +260,7 @@ def _tgi(page: Page, extra: Page | None) -> EngineSnapshot:
         ("queue", "tgi_request_queue_duration"),
         ("e2e", "tgi_request_duration"),
     ):
-        h = merge_histogram(f.get(name))
+        h = _histogram(f.get(name), strict)
         if h is not None:
             hist[key] = h
     return EngineSnapshot("tgi", gauges, counters, hist)
@@ -349,6 +272,15 @@ TRTLLM_FAMILIES: Final[tuple[str, ...]] = (
     "nv_trt_llm_request_metrics",
     "nv_trt_llm_kv_cache_block_metrics",
     "nv_inference_request_success",
+    # Triton's own queue gauge: the queue when the backend sends no "waiting" count
+    "nv_inference_pending_request_count",
+    # trtllm-serve (TensorRT-LLM's own OpenAI server, `MetricsCollector`): unprefixed
+    # names, each series labelled engine_type="trtllm"
+    "request_success",
+    "time_to_first_token_seconds",
+    "time_per_output_token_seconds",
+    "e2e_request_latency_seconds",
+    "request_queue_time_seconds",
 )
 
 
@@ -363,11 +295,16 @@ def _by_label(family: Family | None, label: str) -> dict[str, float]:
     return out
 
 
-def _trtllm(page: Page, extra: Page | None) -> EngineSnapshot:
+def _trtllm(page: Page, extra: Page | None, strict: bool) -> EngineSnapshot:
     f = page.families
     gauges: dict[str, float] = {}
     req = _by_label(f.get("nv_trt_llm_request_metrics"), "request_type")
-    _put(gauges, "waiting", req.get("waiting"))
+    waiting = req.get("waiting")
+    if waiting is None:
+        pending = _by_label(f.get("nv_inference_pending_request_count"), "model")
+        # an ensemble's requests are pending in front of its tensorrt_llm model
+        waiting = pending.get("tensorrt_llm", sum(pending.values()) if pending else None)
+    _put(gauges, "waiting", waiting)
     # "active" = context + generation requests currently in flight in the batch manager.
     _put(gauges, "running", req.get("active", req.get("scheduled")))
     kv_family = f.get("nv_trt_llm_kv_cache_block_metrics")
@@ -387,14 +324,38 @@ def _trtllm(page: Page, extra: Page | None) -> EngineSnapshot:
         per_model = _by_label(success, "model")
         value = per_model.get("tensorrt_llm")
         counters["requests"] = value if value is not None else (_counter(success) or 0.0)
-    return EngineSnapshot("trtllm", gauges, counters, {})
+    hist: dict[str, HistogramData] = {}
+    for key, name in (
+        ("ttft", "time_to_first_token_seconds"),
+        ("itl", "time_per_output_token_seconds"),
+        ("e2e", "e2e_request_latency_seconds"),
+        ("queue", "request_queue_time_seconds"),
+    ):
+        h = _histogram(_trtllm_serve(f.get(name)), strict)
+        if h is not None:
+            hist[key] = h
+    ttft = hist.get("ttft")
+    if "requests" not in counters:
+        if ttft is not None and ttft.count is not None:
+            counters["requests"] = ttft.count  # arrivals, as for vLLM
+        else:
+            _put(counters, "requests", _counter(_trtllm_serve(f.get("request_success"))))
+    return EngineSnapshot("trtllm", gauges, counters, hist)
+
+
+def _trtllm_serve(family: Family | None) -> Family | None:
+    """``family`` if it is trtllm-serve's (its series labelled engine_type="trtllm"):
+    unprefixed names are read only from TensorRT-LLM's own server."""
+    if family is None or not all(s.labels.get("engine_type") == "trtllm" for s in family.samples):
+        return None
+    return family
 
 
 @dataclass(frozen=True, slots=True)
 class Adapter:
     engine: str
     families: tuple[str, ...]
-    read: Callable[[Page, Page | None], EngineSnapshot]
+    read: Callable[[Page, Page | None, bool], EngineSnapshot]  # (page, extra, strict)
     extra: tuple[str, ...] = ()
     # ``?name[]=`` query naming the samples `read` needs (`filtering`); empty: the
     # engine's server does not filter (SGLang's multiprocess registry before
@@ -419,7 +380,8 @@ _MARKERS: Final[tuple[tuple[str, str], ...]] = (
 
 
 def detect_engine(text: str) -> str | None:
-    """The engine whose metric prefix appears on the page (first sample line wins).
+    """The engine whose metric prefix appears on the page (first sample line wins); a
+    page with none whose series say engine_type="trtllm" is trtllm-serve's.
 
     Each search stops where the best match so far is, so the engines that are absent
     cost a scan of the page's head, not of the whole page.
@@ -431,6 +393,8 @@ def detect_engine(text: str) -> str | None:
         pos = text.find(marker, 0, best_pos + len(marker))
         if 0 <= pos < best_pos:
             best_pos, best = pos, engine
+    if best is None and 'engine_type="trtllm"' in text:
+        return "trtllm"
     return best
 
 
@@ -457,24 +421,8 @@ def read_snapshot(
     adapter = ADAPTERS.get(name)
     if adapter is None:
         raise ValueError(f"engine={name!r}: must be one of auto, {', '.join(ENGINES)}")
-    laid_out: LaidOut | None = None
-    if name == "vllm" and not strict and not details:
-        # A page read through a layout: by the layout's plan once it has one (no
-        # families built); the plan is made from the first such page read whole below,
-        # and kept only if it gives that page's snapshot exactly.
-        read = parse_page_values(text, adapter.families, max_lines=max_lines)
-        if isinstance(read, Page):
-            page = read
-        else:
-            laid_out = read
-            layout, values = read
-            plan = layout.plans.get(name)
-            if plan is not None and plan is not _NO_PLAN:
-                return plan(values)  # type: ignore[operator,no-any-return]
-            page = layout.page(values)
-    else:
-        wanted = adapter.families + (VLLM_DETAIL_FAMILIES if details and name == "vllm" else ())
-        page = parse_page(text, wanted, strict=strict, max_lines=max_lines)
+    wanted = adapter.families + (VLLM_DETAIL_FAMILIES if details and name == "vllm" else ())
+    page = parse_page(text, wanted, strict=strict, max_lines=max_lines)
     extra: Page | None = None
     needs_extra = name == "vllm" and "vllm:inter_token_latency_seconds" not in page.families
     if details and name == "vllm":
@@ -482,20 +430,4 @@ def read_snapshot(
         extra = parse_page(text, extra_names, strict=strict, max_lines=max_lines)
     elif needs_extra and adapter.extra:
         extra = parse_page(text, adapter.extra, strict=strict, max_lines=max_lines)
-    snapshot = adapter.read(page, extra)
-    if laid_out is not None and name not in laid_out[0].plans:
-        made = _vllm_plan(laid_out, page)
-        same = made is not None and _same(made(laid_out[1]), snapshot)
-        laid_out[0].plans[name] = made if same else _NO_PLAN
-    return snapshot
-
-
-_NO_PLAN = "none"  # a layout whose pages `_vllm_plan` cannot read
-
-
-def _same(a: EngineSnapshot, b: EngineSnapshot) -> bool:
-    """Equal, key order included (a pod's window rows follow the snapshot's order)."""
-    return a == b and all(
-        list(x) == list(y)
-        for x, y in ((a.gauges, b.gauges), (a.counters, b.counters), (a.histograms, b.histograms))
-    )
+    return adapter.read(page, extra, strict)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -492,3 +493,50 @@ def test_max_lines_bounds_every_pass() -> None:
 )
 def test_detect_engine_takes_the_first_engine_on_the_page(text: str, engine: str | None) -> None:
     assert detect_engine(text) == engine
+
+
+# --- lenient shapes: each page yields the signals it carries ---------------------------
+
+
+def test_histogram_without_inf_bucket_keeps_the_page_and_takes_inf_from_count() -> None:
+    whole = read_snapshot(_page("vllm_v1_0.10.txt"), "vllm")
+    page = _page("vllm_no_inf_bucket.txt")
+    snap = read_snapshot(page, "vllm")
+    assert snap.gauges == whole.gauges  # running/waiting/kv are read
+    assert snap.histograms["ttft"] == whole.histograms["ttft"]  # +Inf == its _count
+    assert "itl" not in snap.histograms  # neither +Inf nor _count: unusable, dropped
+    assert snap.counters == whole.counters
+    with pytest.raises(ParseError, match=r"\+Inf"):
+        read_snapshot(page, "vllm", strict=True)
+
+
+def test_page_without_type_lines_reads_histograms_and_counters_from_their_suffixes() -> None:
+    whole = read_snapshot(_page("vllm_v1_0.10.txt"), "vllm")
+    for _ in range(3):  # line by line, then through a layout
+        snap = read_snapshot(_page("vllm_no_type.txt"), "vllm")
+        assert snap == whole
+
+
+def test_trtllm_serve_unprefixed_names_are_read_as_trtllm() -> None:
+    page = _page("trtllm_serve.txt")
+    assert detect_engine(page) == "trtllm"
+    snap = read_snapshot(page)
+    assert set(snap.histograms) == {"ttft", "itl", "e2e", "queue"}
+    assert snap.histograms["ttft"].count == 240.0
+    assert snap.histograms["ttft"].bounds[-1] == math.inf
+    assert snap.counters["requests"] == 240.0  # arrivals: TTFT observations
+    assert snap.gauges == {}  # trtllm-serve exports no queue or batch gauge: missing, not 0
+
+
+def test_unprefixed_names_without_trtllm_engine_type_are_not_read() -> None:
+    page = _page("trtllm_serve.txt").replace('engine_type="trtllm"', 'engine_type="other"')
+    assert detect_engine(page) is None
+    assert read_snapshot(page, "trtllm").histograms == {}
+
+
+def test_triton_pending_request_count_is_the_queue_when_the_backend_sends_none() -> None:
+    snap = read_snapshot(_page("trtllm_triton_pending.txt"))
+    assert snap.engine == "trtllm"
+    assert snap.gauges["waiting"] == 4.0  # the tensorrt_llm model's, not the ensemble's
+    assert snap.gauges["running"] == 7.0
+    assert read_snapshot(_page("trtllm_triton.txt")).gauges["waiting"] == 3.0  # backend's wins

@@ -1,9 +1,8 @@
-"""Parser resource bounds: caches bounded in bytes, pages bounded in wanted lines, large
+"""Parser resource bounds: layouts bounded in bytes, pages bounded in wanted lines, large
 pages parsed off the event loop."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,8 @@ from aiohttp import web
 from autoscaler.errors import ParseError
 from autoscaler.metrics import exposition
 from autoscaler.metrics.engines import VLLM_FAMILIES, read_snapshot
-from autoscaler.metrics.exposition import cache_bytes, caches, parse_page
+from autoscaler.metrics.exposition import cache_bytes, parse_page
+from autoscaler.metrics.exposition.layout import LayoutCache, read_page
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
 from autoscaler.metrics.source import PodEndpoint
 
@@ -26,51 +26,40 @@ def _hostile(i: int, value_bytes: int) -> str:
     return PAGE + f'vllm:num_requests_waiting{{engine="1",junk="{label}"}} {i}\n'
 
 
-def _accounted(cache: caches._ByteCache[object, object]) -> int:
-    return sum(cache.sizes.values())
+def _skeleton(i: int) -> str:
+    """A small page whose skeleton is the i-th of its kind (letters, not digits, differ)."""
+    name = "".join(chr(97 + (i // 26**k) % 26) for k in range(3))
+    return f'# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{m="{name}"}} 1\n'
 
 
-@pytest.fixture
-def small_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    """Every byte-bounded cache shrunk to 32 KiB, so a test can overflow them."""
-    budget = 32 * 1024
-    exposition.clear_caches()
-    for cache in caches._BYTE_CACHES:
-        monkeypatch.setattr(cache, "budget_bytes", budget)
-    yield budget * len(caches._BYTE_CACHES)
-    exposition.clear_caches()
-
-
-def test_new_4mb_label_value_every_scrape_never_enters_the_caches() -> None:
+def test_new_4mb_label_value_every_scrape_never_enters_the_layouts() -> None:
     exposition.clear_caches()
     waiting = read_snapshot(PAGE, "vllm").gauges["waiting"]
     baseline = cache_bytes()
     for i in range(8):
         snapshot = read_snapshot(_hostile(i, 4 * 1024 * 1024), "vllm")
         assert snapshot.gauges["waiting"] == waiting + i  # the hostile series is still read
-    assert cache_bytes() <= baseline + 8 * exposition.CACHE_ENTRY_MAX_BYTES
-    assert max(len(key) for c in caches._BYTE_CACHES for key in c) < 4096
+    assert cache_bytes() == baseline
 
 
-def test_caches_stay_within_their_byte_budget_over_many_hostile_pages(small_budget: int) -> None:
-    for i in range(300):  # new small label values: each one fits the per-entry cap
-        read_snapshot(_hostile(i, 200), "vllm")
-        assert cache_bytes() <= small_budget
-    for cache in caches._BYTE_CACHES:
-        assert cache.used_bytes <= cache.budget_bytes
-        assert cache.used_bytes == _accounted(cache)  # accounting matches what is held
-        assert set(cache.sizes) == set(cache)
-    assert read_snapshot(PAGE, "vllm") == read_snapshot(PAGE, "vllm", strict=True)
-
-
-def test_one_page_adds_at_most_its_allowance_to_the_caches() -> None:
-    exposition.clear_caches()
-    lines = "".join(
-        f'vllm:num_requests_waiting{{engine="{i}",pad="{"p" * 100}"}} 1\n' for i in range(5000)
-    )
-    page = parse_page("# TYPE vllm:num_requests_waiting gauge\n" + lines, VLLM_FAMILIES)
-    assert len(page.families["vllm:num_requests_waiting"].samples) == 5000
-    assert cache_bytes() <= exposition.PAGE_CACHE_ALLOWANCE_BYTES
+def test_layouts_stay_within_their_byte_budget_and_keep_the_ones_in_use() -> None:
+    wanted = frozenset(VLLM_FAMILIES)
+    cache = LayoutCache(budget_bytes=1 << 20)
+    read_page(_skeleton(0), wanted, 100, cache)
+    read_page(_skeleton(0), wanted, 100, cache)  # second sighting: a layout is built
+    one = next(iter(cache.layouts.values())).size_bytes
+    cache = LayoutCache(budget_bytes=4 * one)
+    for _ in range(3):  # 10 skeletons in turn, room for 4: never more than the budget
+        for i in range(10):
+            read_page(_skeleton(i), wanted, 100, cache)
+            assert cache.used_bytes <= cache.budget_bytes
+            assert cache.used_bytes == sum(lay.size_bytes for lay in cache.layouts.values())
+    kept = set(cache.layouts)
+    assert len(kept) == 4
+    for _ in range(2):  # the kept layouts are used every round: none is evicted for a newcomer
+        for i in range(10):
+            read_page(_skeleton(i), wanted, 100, cache)
+    assert set(cache.layouts) == kept
 
 
 def test_page_over_the_wanted_line_bound_is_refused_whole_with_the_reason() -> None:

@@ -1,5 +1,5 @@
 """Layouts: a page whose skeleton was seen before is read by line index, exactly as the
-walk (and the strict parse) reads it; any difference falls back to the walk."""
+line parser (and the strict parse) reads it; any difference falls back to the parser."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoscaler.errors import ParseError
-from autoscaler.metrics import engines, exposition
+from autoscaler.metrics import exposition
 from autoscaler.metrics.engines import VLLM_FAMILIES, EngineSnapshot, read_snapshot
-from autoscaler.metrics.exposition import caches, layout, merge_histogram, parse_page
+from autoscaler.metrics.exposition import LAYOUTS, layout, merge_histogram, parse_page
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
 _VALUE = re.compile(r"(?m)^([^#\n][^\n]*) (\S+)$")
@@ -30,7 +30,7 @@ def _revalue(text: str, values: list[str]) -> str:
 
 
 def _assert_reads_as_strict(text: str, wanted: list[str]) -> None:
-    full = parse_page(text, None).families
+    full = parse_page(text, wanted, strict=True).families
     fast = parse_page(text, wanted).families
     assert set(fast) == {name for name in wanted if name in full}
     for name, family in fast.items():
@@ -45,21 +45,21 @@ def _assert_reads_as_strict(text: str, wanted: list[str]) -> None:
 
 
 def _layouts_used() -> int:
-    return len(caches._LAYOUTS)
+    return len(LAYOUTS.layouts)
 
 
 @pytest.fixture
 def layout_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Records each layout read: True when it returned the page, False on a fallback."""
     calls: list[bool] = []
-    original = layout._Layout.read_values
+    original = layout.Layout.read_values
 
-    def read_values(self: layout._Layout, text: str) -> list[float] | None:
+    def read_values(self: layout.Layout, text: str) -> list[float] | None:
         values = original(self, text)
         calls.append(values is not None)
         return values
 
-    monkeypatch.setattr(layout._Layout, "read_values", read_values)
+    monkeypatch.setattr(layout.Layout, "read_values", read_values)
     return calls
 
 
@@ -103,13 +103,15 @@ def test_a_label_value_whose_digits_changed_is_read_with_its_new_value(
     assert layout_reads == [True, False]
 
 
-def test_eof_that_appears_where_the_layout_had_none_is_still_an_error(
+def test_eof_that_appears_where_the_layout_had_none_leaves_the_layout(
     layout_reads: list[bool],
 ) -> None:
     exposition.clear_caches()
     _three_times("# TYPE m gauge\nm 1\n# E1OF\nx 2\n")
+    page = parse_page("# TYPE m gauge\nm 1\n# EOF\nx 2\n", ["m", "x"])
+    assert page.openmetrics and page.families["x"].samples[0].value == 2
     with pytest.raises(ParseError, match="after '# EOF'"):
-        parse_page("# TYPE m gauge\nm 1\n# EOF\nx 2\n", ["m", "x"])
+        parse_page("# TYPE m gauge\nm 1\n# EOF\nx 2\n", ["m", "x"], strict=True)
     assert layout_reads == [True, False]
 
 
@@ -121,14 +123,15 @@ def test_eof_that_appears_where_the_layout_had_none_is_still_an_error(
         ("m 1.2.3", "not a float", [True, False]),
     ],
 )
-def test_a_bad_value_on_a_known_layout_raises_as_the_walk_does(
+def test_a_bad_value_on_a_known_layout_reads_as_the_parser_does(
     line: str, error: str, reads: list[bool], layout_reads: list[bool]
 ) -> None:
     exposition.clear_caches()
     _three_times("# TYPE m gauge\nm 7\nx 1\n")
-    with pytest.raises(ParseError, match=error) as exc:
-        parse_page(f"# TYPE m gauge\n{line}\nx 1\n", ["m", "x"])
-    assert exc.value.line == 2
+    page = parse_page(f"# TYPE m gauge\n{line}\nx 1\n", ["m", "x"])
+    assert "m" not in page.families
+    assert page.dropped["m"].startswith("line 2:") and error in page.dropped["m"]
+    assert page.families["x"].samples[0].value == 1
     assert layout_reads == reads
 
 
@@ -142,7 +145,7 @@ def test_timestamps_and_nan_values_leave_the_layout_and_read_correctly(
     assert (sample.value, sample.timestamp) == (7, 1700000000)
     nan = parse_page("# TYPE m gauge\nm NaN\n", ["m", "x"]).families["m"].samples[0].value
     assert nan != nan
-    assert layout_reads == [True]  # a timestamp or NaN changes the skeleton: the walk reads it
+    assert layout_reads == [True]  # a timestamp or NaN changes the skeleton: the parser reads it
 
 
 def test_snapshot_through_a_layout_equals_the_strict_snapshot(layout_reads: list[bool]) -> None:
@@ -164,13 +167,13 @@ def test_pods_whose_label_values_differ_only_in_digits_each_get_a_layout(
         for pod in pods:
             text = _revalue(pod, [f"{k}.0", f"{k + 1}.5"])
             _assert_reads_as_strict(text, list(VLLM_FAMILIES))
-    assert len(caches._LAYOUTS) == 2
+    assert len(LAYOUTS.layouts) == 2
     # the last round: pod 1 tries pod 2's layout (built first) then its own; pod 2 its own
     assert layout_reads[-3:] == [False, True, True]
 
 
-def _layout() -> layout._Layout:
-    (only,) = caches._LAYOUTS.values()
+def _layout() -> layout.Layout:
+    (only,) = LAYOUTS.layouts.values()
     return only
 
 
@@ -225,7 +228,7 @@ def test_a_run_whose_first_line_is_not_unique_is_found_from_an_earlier_line(
     assert layout_reads == [True, True]
 
 
-def test_a_region_whose_first_line_changed_is_read_by_the_walk(layout_reads: list[bool]) -> None:
+def test_a_region_whose_first_line_changed_is_read_by_the_parser(layout_reads: list[bool]) -> None:
     exposition.clear_caches()
     page = _filler(20) + '# HELP m in region 1\n# TYPE m gauge\nm{a="1"} 1\n'
     _three_times(page)
@@ -249,59 +252,3 @@ def _same_snapshot(a: EngineSnapshot, b: EngineSnapshot) -> None:
     assert a == b
     for x, y in ((a.gauges, b.gauges), (a.counters, b.counters), (a.histograms, b.histograms)):
         assert list(x) == list(y)  # key order too: a pod's window rows follow it
-
-
-@settings(max_examples=30, deadline=None)
-@given(st.sampled_from(["vllm_v1_0.10.txt", "vllm_v1_0.10_dp2.txt", "vllm_v0_0.6.txt"]), st.data())
-def test_a_vllm_snapshot_by_its_layouts_plan_equals_the_strict_snapshot(
-    fixture: str, data: st.DataObject
-) -> None:
-    exposition.clear_caches()
-    base = (FIXTURES / fixture).read_text()
-    read_by_layout = 0
-    for k in range(5):  # layout built on the 2nd page, plan made on the 3rd, used after
-        values = data.draw(st.lists(_NUMBERS, min_size=1, max_size=6))
-        text = _revalue(base, values)
-        try:
-            strict = read_snapshot(text, "vllm", strict=True)
-        except ParseError as exc:  # e.g. a KV fraction over 1: the same error
-            with pytest.raises(ParseError) as fast:
-                read_snapshot(text, "vllm")
-            assert (str(fast.value), fast.value.line) == (str(exc), exc.line)
-            continue
-        _same_snapshot(read_snapshot(text, "vllm"), strict)
-        read_by_layout += k >= 2
-    plans = [layout.plans.get("vllm") for layout in caches._LAYOUTS.values()]
-    if fixture == "vllm_v0_0.6.txt":  # no inter-token latency: a second page read
-        assert all(p is None or p == engines._NO_PLAN for p in plans)
-    elif read_by_layout:
-        assert any(callable(p) for p in plans)
-
-
-def test_a_kv_fraction_out_of_range_by_the_plan_raises_as_the_adapter_does() -> None:
-    exposition.clear_caches()
-    base = (FIXTURES / "vllm_v1_0.10.txt").read_text()
-    for k in range(4):
-        read_snapshot(_revalue(base, [f"0.{k}5"]), "vllm")
-    assert callable(next(iter(caches._LAYOUTS.values())).plans["vllm"])
-    over = _revalue(base, ["1.5"])
-    with pytest.raises(ParseError) as strict:
-        read_snapshot(over, "vllm", strict=True)
-    with pytest.raises(ParseError) as fast:
-        read_snapshot(over, "vllm")
-    assert "must be within [0, 1]" in str(fast.value)
-    assert (str(fast.value), fast.value.line) == (str(strict.value), strict.value.line)
-
-
-def test_a_page_its_layout_cannot_read_is_read_whole_and_the_plan_stays(
-    layout_reads: list[bool],
-) -> None:
-    exposition.clear_caches()
-    base = (FIXTURES / "vllm_v1_0.10.txt").read_text()
-    for k in range(4):
-        read_snapshot(_revalue(base, [f"0.{k}5"]), "vllm")
-    plan = next(iter(caches._LAYOUTS.values())).plans["vllm"]
-    moved = base.replace('engine="0"', 'engine="1"')  # same skeleton, other heads
-    assert read_snapshot(moved, "vllm") == read_snapshot(moved, "vllm", strict=True)
-    assert layout_reads[-1] is False
-    assert callable(plan) and plan in [lay.plans.get("vllm") for lay in caches._LAYOUTS.values()]

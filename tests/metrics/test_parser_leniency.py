@@ -1,16 +1,21 @@
-"""Non-strict parser vs prometheus_client: a page it accepts is never rejected whole."""
+"""Lenient parser vs prometheus_client: a page it accepts is never rejected whole."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.errors import ParseError
 from autoscaler.metrics import exposition
+from autoscaler.metrics.engines import VLLM_FAMILIES, read_snapshot
 from autoscaler.metrics.exposition import parse_page
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
 
 _NAMES = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,10}", fullmatch=True)
 _TYPES = st.sampled_from(["counter", "gauge", "histogram", "summary", "untyped", None])
@@ -114,3 +119,88 @@ def test_page_prometheus_client_accepts_is_read_with_the_same_values(
         for name in wanted:  # a declared wanted family's own samples are never lost
             if _base(name) in reference and f"# TYPE {name} " in text:
                 assert _base(name) in ours, name
+
+
+# --- pages cut and spliced from a real one: what prometheus_client accepts, the scrape
+# reads (never refused whole); the families it can still use keep their values ----------
+
+_VLLM = (FIXTURES / "vllm_v1_0.10.txt").read_text()
+_JUNK = st.sampled_from(
+    [
+        "",
+        "\n",
+        "# TYPE vllm:num_requests_running counter\n",
+        "# TYPE vllm:time_to_first_token_seconds flux\n",
+        'vllm:time_to_first_token_seconds_bucket{le="x"} 1\n',
+        "vllm:num_requests_waiting 1_0\n",
+        "# EOF\n",
+        "x 1\n",
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_spliced_page_prometheus_client_accepts_is_never_refused_by_the_scrape(
+    data: st.DataObject,
+) -> None:
+    lines = _VLLM.split("\n")
+    cut = data.draw(st.lists(st.integers(0, len(lines) - 1), max_size=6, unique=True))
+    kept = [line for i, line in enumerate(lines) if i not in cut]
+    at = data.draw(st.integers(0, len(kept)))
+    text = "\n".join(kept[:at]) + "\n" + data.draw(_JUNK) + "\n".join(kept[at:])
+    try:
+        reference = {f.name: f for f in text_string_to_metric_families(text)}
+    except Exception:  # rejected by the reference parser: nothing to hold ours to
+        return
+    exposition.clear_caches()
+    for _ in range(3):  # line by line, then through a layout
+        snapshot = read_snapshot(text, "vllm")  # raises (fails the test) if refused whole
+        running = reference.get("vllm:num_requests_running")
+        dropped = parse_page(text, VLLM_FAMILIES).dropped
+        if running and running.type == "gauge" and running.samples and not dropped:
+            assert snapshot.gauges["running"] == sum(s.value for s in running.samples)
+
+
+FOUR_SHAPES = [
+    "vllm_no_inf_bucket.txt",
+    "vllm_no_type.txt",
+    "trtllm_serve.txt",
+    "trtllm_triton_pending.txt",
+]
+
+
+@pytest.mark.parametrize("name", FOUR_SHAPES)
+def test_each_lenient_shape_is_a_page_prometheus_client_accepts(name: str) -> None:
+    text = (FIXTURES / name).read_text()
+    assert list(text_string_to_metric_families(text))
+    exposition.clear_caches()
+    for _ in range(3):
+        read_snapshot(text)  # never refused whole
+
+
+_PIECES = st.sampled_from(
+    [
+        *("m", "m_bucket", "m_count", "m_sum", "m_total", "x", "{", "}", ",", " ", "\t", "\n"),
+        *('le="1"', 'le="+Inf"', 'a="b"', "1", "2.5", "NaN", "+Inf", "-1", "1e3", "0x1"),
+        *("# TYPE m histogram\n", "# TYPE m counter\n", "# TYPE m gauge\n", "# HELP m x\n"),
+        *("# EOF\n", "#", '"', "\\", "=", ":", "_", ' # {a="1"} 1'),
+    ]
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(_PIECES, max_size=25), st.sampled_from([["m"], ["m", "x", "m_bucket"]]))
+def test_any_token_soup_prometheus_client_accepts_is_never_refused_whole(
+    parts: list[str], wanted: list[str]
+) -> None:
+    text = "".join(parts)
+    try:
+        list(text_string_to_metric_families(text))
+    except Exception:  # rejected by the reference parser: nothing to hold ours to
+        return
+    exposition.clear_caches()
+    for _ in range(3):  # line by line, then through a layout
+        page = parse_page(text, wanted)  # raises (fails the test) if refused whole
+        for family in page.families.values():
+            assert family.name in wanted

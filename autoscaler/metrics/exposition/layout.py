@@ -1,32 +1,27 @@
-"""Layouts: a live pod's next page read by its previous page's layout, by line index with
-C loops only; any difference falls back to the walk (`scan`).
+"""Layouts: a live pod's next page read by the layout of an earlier page with the same
+skeleton, by line index with C loops only; any difference, and any page not seen twice,
+is read by the line parser (`parser`). Layouts are kept in a `LayoutCache` bounded in
+bytes.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+import sys
+import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import repeat
 from typing import TypeVar
 
 from autoscaler.errors import ParseError
-from autoscaler.metrics.exposition.caches import _LAYOUTS, _PLANS, _SKELETONS, _size
-from autoscaler.metrics.exposition.model import (
-    _FIRST_CHARS,
-    _LEADING_BLANKS,
-    Family,
-    HistogramData,
-    Page,
-    Sample,
-    _Labels,
-)
-from autoscaler.metrics.exposition.scan import _parse_walk, _plan
-from autoscaler.metrics.exposition.tokens import _bucket_info, _parse_labels
+from autoscaler.metrics.exposition.model import FIRST_CHARS, LEADING_BLANKS, Family, Page, Sample
+from autoscaler.metrics.exposition.parser import parse_lines, wanted_prefixes
+from autoscaler.metrics.exposition.tokens import parse_labels
 
-# Pages up to this size are read through a remembered layout (see `_parse_fast`); larger
-# ones always take the walk, so no single C call on them holds the GIL for long.
+# Pages up to this size are read through a remembered layout (see `read_page`); larger
+# ones always take the line parser, so no single C call on them holds the GIL for long.
 LAYOUT_MAX_PAGE_BYTES = 1024 * 1024
 LAYOUTS_PER_SKELETON = 8
 
@@ -40,8 +35,8 @@ _T = TypeVar("_T")
 # family (its skeleton starts with a wanted name's skeleton, or for a comment contains
 # one) was such a line on the page the layout was built from. Those lines are compared
 # exactly (sample lines by their text before the value, comments whole, the page from a
-# line holding "EOF" on whole); their values are parsed as the walk parses them. Any
-# difference, an odd value or a changed skeleton -> the walk reads the page. On an ASCII
+# line holding "EOF" on whole); their values are parsed as the line parser parses them.
+# Any difference, an odd value or a changed skeleton -> the line parser reads the page. On an ASCII
 # page only the runs of compared lines are split (`_regions`: ~100 of the ~300 lines up to
 # the last compared one on a vLLM page), each found by its first line's text.
 _SKELETON_DELETE = b"0123456789.+-e"
@@ -60,68 +55,12 @@ def _picker(indexes: list[int]) -> Callable[[list[_T]], tuple[_T, ...]]:
     return lambda items: ()
 
 
-class _LaidOut(tuple[Sample, ...]):
-    """A family's samples read through a layout, with their values and the layout's
-    `merge_histogram` memo (the same series in the same order on every page)."""
-
-    values: list[float]
-    memo: list[_Merge | None]
+# (name, type, help, first line, its samples' [start, end) among the values)
+_LaidFamily = tuple[str, str, str | None, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
-class _Merge:
-    """`merge_histogram` of one layout's family as index arithmetic on its values."""
-
-    bounds: tuple[float, ...]
-    buckets: Callable[[list[float]], tuple[float, ...]] | None  # one series: values by bound
-    per_bound: tuple[tuple[int, ...], ...]  # several series: indexes summed per bound
-    count: tuple[int, ...]
-    sum: tuple[int, ...]
-
-    def apply(self, values: list[float]) -> HistogramData:
-        if self.buckets is not None:
-            counts = self.buckets(values)
-        else:
-            counts = tuple([_add(values, indexes) for indexes in self.per_bound])
-        count = _add(values, self.count) if self.count else None
-        total = _add(values, self.sum) if self.sum else None
-        return HistogramData(self.bounds, counts, count, total)
-
-    @staticmethod
-    def of(family: Family, merged: HistogramData) -> _Merge:
-        per_le: dict[float, list[int]] = {}
-        count: list[int] = []
-        total: list[int] = []
-        for i, (name, labels, _value, _ts) in enumerate(family.samples):
-            if name == family.name + "_bucket":
-                le = labels.bucket[0] if isinstance(labels, _Labels) and labels.bucket else None
-                per_le.setdefault(
-                    _bucket_info(labels, family.name)[0] if le is None else le, []
-                ).append(i)
-            elif name == family.name + "_count":
-                count.append(i)
-            elif name == family.name + "_sum":
-                total.append(i)
-        per_bound = tuple(tuple(per_le[b]) for b in merged.bounds)
-        single = all(len(indexes) == 1 for indexes in per_bound)
-        buckets = _picker([indexes[0] for indexes in per_bound]) if single else None
-        return _Merge(merged.bounds, buckets, per_bound, tuple(count), tuple(total))
-
-
-def _add(values: list[float], indexes: tuple[int, ...]) -> float:
-    """``values`` at ``indexes`` added in page order from 0.0, as `merge_histogram` adds."""
-    total = 0.0
-    for i in indexes:
-        total += values[i]
-    return total
-
-
-# (name, type, help, first line, its samples' [start, end) among the values, merge memo)
-_LaidFamily = tuple[str, str, str | None, int, int, int, list[_Merge | None]]
-
-
-@dataclass(frozen=True, slots=True)
-class _Layout:
+class Layout:
     """Where a page's wanted lines are and what they must say, by line index."""
 
     skeleton_bytes: int
@@ -141,9 +80,6 @@ class _Layout:
     # per run of compared lines (`pick` and `exact` index their concatenation); None: the
     # page is split from its first line up to ``split``.
     regions: tuple[_Region, ...] | None = None
-    # What readers of this layout's pages derive from its structure once (see
-    # `engines.read_snapshot`), by reader: forgotten with the layout.
-    plans: dict[str, object] = field(default_factory=dict)
 
     def lines_of(self, text: str) -> list[str] | None:
         """The lines `pick` and `exact` index, or None when ``text`` cannot have them."""
@@ -194,44 +130,29 @@ class _Layout:
         except ValueError:
             return None
 
-    def spans(self) -> dict[str, tuple[int, int]]:
-        """Each family's samples' [start, end) among the values."""
-        return {f[0]: (f[4], f[5]) for f in self.families}
-
-    def histogram(self, name: str) -> Callable[[list[float]], HistogramData] | None:
-        """`merge_histogram` of family ``name`` from a page's values, once it has run on
-        one of this layout's pages and found buckets (else None)."""
-        for family, _kind, _help, _line, start, end, memo in self.families:
-            merge = memo[0]
-            if family == name and merge is not None:
-                return lambda values: merge.apply(values[start:end])
-        return None
-
     def page(self, values: list[float]) -> Page:
         """The families of a page whose values `read_values` read."""
         new = tuple.__new__
         # every sample in one C loop; each family takes its slice
         rows = list(map(new, repeat(Sample), zip(self.names, self.labels, values, repeat(None))))
         families: dict[str, Family] = {}
-        for name, kind, help_text, line, start, end, memo in self.families:
-            if kind == "histogram":  # what `merge_histogram` can replay
-                samples = _LaidOut(rows[start:end])
-                samples.values = values[start:end]
-                samples.memo = memo
-                families[name] = new(Family, (name, kind, samples, line, help_text))
-            else:
-                families[name] = new(Family, (name, kind, tuple(rows[start:end]), line, help_text))
+        for name, kind, help_text, line, start, end in self.families:
+            families[name] = new(Family, (name, kind, tuple(rows[start:end]), line, help_text))
         return Page(families, self.openmetrics)
 
     @staticmethod
-    def build(text: str, skeleton: bytes, wanted: frozenset[str], page: Page) -> _Layout | None:
-        """The layout of ``text`` (already read by the walk as ``page``), if it has one."""
+    def build(text: str, skeleton: bytes, wanted: frozenset[str], page: Page) -> Layout | None:
+        """The layout of ``text`` (already read by the line parser as ``page``), if it has
+        one (a page with a dropped family has none)."""
+        if page.dropped:
+            return None
         lines = text.split("\n")
         skeletons = skeleton.split(b"\n")
         if len(skeletons) != len(lines):  # pragma: no cover - newlines are never deleted
             return None
-        bases = (_PLANS.get(wanted) or _plan(wanted))[1]
-        prefixes = tuple(n.encode().translate(None, _SKELETON_DELETE) for n in (*wanted, *bases))
+        prefixes = tuple(
+            n.encode().translate(None, _SKELETON_DELETE) for n in wanted_prefixes(wanted)
+        )
         eof_at = next((i for i, sk in enumerate(skeletons) if b"EOF" in sk), len(lines))
         owner = {s.name: f.name for f in page.families.values() for s in f.samples}
         mine: dict[str, list[int]] = {name: [] for name in page.families}
@@ -257,9 +178,7 @@ class _Layout:
             start = len(names)
             names.extend(s.name for s in family.samples)
             labels.extend(s.labels for s in family.samples)
-            families.append(
-                (name, family.type, family.help, family.line, start, len(names), [None])
-            )
+            families.append((name, family.type, family.help, family.line, start, len(names)))
         picked = [i for name in page.families for i in mine[name]] + others
         exact.sort()
         heads = tuple(lines[i].rpartition(" ")[0] + " " for i in picked)
@@ -270,7 +189,7 @@ class _Layout:
         if text.isascii():
             anchors = dict(zip(picked, heads, strict=True)) | {i: lines[i] for i in exact}
             regions, at = _regions(skeletons, anchors)
-        return _Layout(
+        return Layout(
             skeleton_bytes=len(skeleton),
             split=max([*picked, *exact, 0]) + 1,
             pick=_picker([at[i] for i in picked]),
@@ -285,7 +204,6 @@ class _Layout:
             openmetrics=page.openmetrics,
             size_bytes=_size(heads, exact_lines, frozen, tuple(names), tuple(labels), regions)
             + 80 * len(picked)
-            + 2048  # a reader's plan (`plans`)
             + 512,
             regions=regions,
         )
@@ -347,48 +265,125 @@ def _reads_as(line: str, sample: Sample) -> bool:
         return False
     try:
         value = float(value_text)
-        labels, tail = _parse_labels(head[len(sample.name) :], 0)
+        labels, tail = parse_labels(head[len(sample.name) :], 0)
     except (ValueError, ParseError):
         return False
     same = value == sample.value or (math.isnan(value) and math.isnan(sample.value))
     return same and not tail and dict(labels) == dict(sample.labels)
 
 
-def _parse_fast(text: str, wanted: frozenset[str], max_lines: int) -> Page:
-    read = _parse_fast_values(text, wanted, max_lines)
-    if isinstance(read, Page):
-        return read
-    layout, values = read
-    return layout.page(values)
+def _size(*parts: object) -> int:
+    """Accounted bytes of ``parts`` (a mapping counts its keys and values; shared objects
+    are counted in each holder, i.e. over- rather than under-counted)."""
+    total = 0
+    for part in parts:
+        total += sys.getsizeof(part)
+        if isinstance(part, dict):
+            for k, v in part.items():
+                total += sys.getsizeof(k) + sys.getsizeof(v)
+        elif isinstance(part, tuple):
+            total += _size(*part) - sys.getsizeof(())
+    return total
 
 
-LaidOut = tuple[_Layout, list[float]]  # a page read by a layout: its values, not built
+_Key = tuple[frozenset[str], int, int]  # (wanted families, hash of the skeleton, n)
 
 
-def _parse_fast_values(text: str, wanted: frozenset[str], max_lines: int) -> Page | LaidOut:
-    lead = _LEADING_BLANKS.match(text).end()  # type: ignore[union-attr]  # always matches
-    if lead < len(text) and text[lead] not in _FIRST_CHARS:
+class LayoutCache:
+    """Layouts by (wanted families, skeleton hash, n), bounded in bytes.
+
+    A layout is built on a skeleton's second sighting (``seen``: skeletons seen once), so
+    a pod whose page changes shape on every scrape never pays for one. When full, the
+    layouts not used since the last time it was full are evicted; if every layout was
+    used, the new one is not stored: a fleet with more skeletons than fit keeps reading
+    the ones that fit, rather than evicting each layout just before its next use.
+    """
+
+    def __init__(self, budget_bytes: int, seen_max: int = 65536) -> None:
+        self.budget_bytes = budget_bytes
+        self.seen_max = seen_max
+        self.layouts: dict[_Key, Layout] = {}
+        self.used: set[_Key] = set()
+        self.seen: set[tuple[frozenset[str], int]] = set()
+        self.used_bytes = 0
+        self.lock = threading.Lock()  # pages may be parsed in worker threads
+
+    def get(self, key: _Key) -> Layout | None:
+        layout = self.layouts.get(key)
+        if layout is not None:
+            self.used.add(key)
+        return layout
+
+    def put(self, key: _Key, layout: Layout) -> None:
+        size = layout.size_bytes
+        if size > min(self.budget_bytes, LAYOUT_MAX_BYTES):
+            return
+        with self.lock:
+            if self.used_bytes + size > self.budget_bytes:
+                for old in [k for k in self.layouts if k not in self.used]:
+                    self.used_bytes -= self.layouts.pop(old).size_bytes
+                self.used.clear()
+                if self.used_bytes + size > self.budget_bytes:
+                    return
+            self.layouts[key] = layout
+            self.used.add(key)
+            self.used_bytes += size
+
+    def first_sighting(self, key: tuple[frozenset[str], int]) -> bool:
+        """True the first time ``key`` is seen (then remembered, up to ``seen_max``)."""
+        if key in self.seen:
+            return False
+        with self.lock:
+            if len(self.seen) >= self.seen_max:
+                self.seen.clear()
+            self.seen.add(key)
+        return True
+
+    def clear(self) -> None:
+        with self.lock:
+            self.layouts.clear()
+            self.used.clear()
+            self.seen.clear()
+            self.used_bytes = 0
+
+
+# What a layout costs is about 8x the text of the lines it reads (a vLLM V1 page filtered
+# to the adapter's families: ~54 kB), so the default budget holds ~1,200 distinct
+# skeletons (e.g. models); a fleet shares one per model and engine version.
+CACHE_BUDGET_BYTES = 64 * 1024 * 1024
+LAYOUT_MAX_BYTES = 1024 * 1024  # one page's layout at most (else it is read by the parser)
+LAYOUTS = LayoutCache(CACHE_BUDGET_BYTES)
+
+
+def check_page_start(text: str) -> None:
+    """Refuse a page whose first line cannot start an exposition page (HTML, JSON)."""
+    lead = LEADING_BLANKS.match(text).end()  # type: ignore[union-attr]  # always matches
+    if lead < len(text) and text[lead] not in FIRST_CHARS:
         line = text.count("\n", 0, lead) + 1
         raise ParseError(f"not an exposition page: starts with {text[lead : lead + 20]!r}", line)
-    if "\r" in text:
-        return _parse_walk(text.replace("\r\n", "\n"), wanted, max_lines)
-    if len(text) > LAYOUT_MAX_PAGE_BYTES:
-        return _parse_walk(text, wanted, max_lines)
+
+
+def read_page(
+    text: str, wanted: frozenset[str], max_lines: int, cache: LayoutCache = LAYOUTS
+) -> Page:
+    """The wanted families of ``text``: through a layout of the same skeleton when one
+    reads it, else by the lenient line parser (and a layout built on the second page of a
+    skeleton)."""
+    check_page_start(text)
+    if "\r" in text or len(text) > LAYOUT_MAX_PAGE_BYTES:
+        return parse_lines(text, wanted, strict=False, max_lines=max_lines)
     skeleton = text.encode().translate(None, _SKELETON_DELETE)
     key = (wanted, hash(skeleton))
     n = 0  # layouts of this skeleton: pods whose label values differ only in digits
-    while (layout := _LAYOUTS.get((*key, n))) is not None:
+    while (layout := cache.get((*key, n))) is not None:
         if layout.skeleton_bytes == len(skeleton):
             values = layout.read_values(text)
             if values is not None:
-                return (layout, values)
+                return layout.page(values)
         n += 1
-    page = _parse_walk(text, wanted, max_lines)
-    if n or key in _SKELETONS:  # the second page with this skeleton: worth remembering
-        if n < LAYOUTS_PER_SKELETON:
-            built = _Layout.build(text, skeleton, wanted, page)
-            if built is not None:
-                _LAYOUTS.put_sized((*key, n), built, built.size_bytes)
-    else:
-        _SKELETONS.put_sized(key, True, 200)
+    page = parse_lines(text, wanted, strict=False, max_lines=max_lines)
+    if (n or not cache.first_sighting(key)) and n < LAYOUTS_PER_SKELETON:
+        built = Layout.build(text, skeleton, wanted, page)
+        if built is not None:
+            cache.put((*key, n), built)
     return page

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NamedTuple
 
 TYPES = frozenset(
     {
@@ -23,7 +24,7 @@ TYPES = frozenset(
         "stateset",
     }
 )
-_SUFFIXES: dict[str, tuple[str, ...]] = {
+SUFFIXES: dict[str, tuple[str, ...]] = {
     "counter": ("", "_total", "_created"),
     "gauge": ("",),
     "histogram": ("_bucket", "_count", "_sum", "_created"),
@@ -34,16 +35,16 @@ _SUFFIXES: dict[str, tuple[str, ...]] = {
     "untyped": ("",),
     "unknown": ("",),
 }
-_ALL_SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum", "_info")
-_NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_RE = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*')
-_EXEMPLAR_RE = re.compile(
+ALL_SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum", "_info")
+NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+LABEL_RE = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*')
+EXEMPLAR_RE = re.compile(
     r'#[ \t]*\{((?:[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\\n]|\\.)*"[ \t]*,?)*)[ \t]*\}'
     r"[ \t]+(\S+)(?:[ \t]+(\S+))?[ \t]*$"
 )
-_ESCAPE_RE = re.compile(r'\\([\\"n])')
-_FIRST_CHARS = frozenset("#abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
-_LEADING_BLANKS = re.compile(r"\s*")
+ESCAPE_RE = re.compile(r'\\([\\"n])')
+FIRST_CHARS = frozenset("#abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
+LEADING_BLANKS = re.compile(r"\s*")
 
 
 class Sample(NamedTuple):
@@ -59,54 +60,39 @@ class Sample(NamedTuple):
     timestamp: float | None = None
 
 
-class _Labels(dict[str, str]):
-    """A parsed label set; ``bucket`` memoizes (le, series key) for `merge_histogram`.
-
-    Label sets are cached by their text and shared between scrapes, so the ``le`` float
-    and the series identity of a bucket line are computed once per distinct line, not
-    once per scrape. Never mutate the mapping itself.
-    """
-
-    __slots__ = ("bucket",)
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.bucket: tuple[float, frozenset[tuple[str, str]]] | None = None
-
-
-_NO_LABELS: Mapping[str, str] = _Labels()
+NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
 class Family(NamedTuple):
     """A metric family keyed by its base name (counters without ``_total``).
 
-    ``origin`` is the line of the family's first sample, or (page text with a leading
-    newline, offset of that line) when the fast parser found it: counting newlines
-    costs as much as the parse, so the line is only counted when someone asks.
-    A NamedTuple for the same reason as `Sample`.
+    ``origin`` is the 1-based line of the family's first sample. A NamedTuple for the
+    same reason as `Sample`.
     """
 
     name: str
     type: str
     samples: tuple[Sample, ...]
-    origin: int | tuple[str, int]
+    origin: int
     help: str | None = None
 
     @property
     def line(self) -> int:
         """The 1-based line of the family's first sample (for error messages)."""
-        if isinstance(self.origin, int):
-            return self.origin
-        text, pos = self.origin
-        return text.count("\n", 0, pos)
+        return self.origin
 
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """The parsed families (only the wanted ones in fast mode)."""
+    """The parsed families (only the wanted ones when families were named).
+
+    ``dropped`` names each family left out because one of its lines broke a rule (the
+    lenient mode's answer to a line the strict mode rejects), with that rule.
+    """
 
     families: Mapping[str, Family]
     openmetrics: bool = False
+    dropped: Mapping[str, str] = field(default_factory=dict)
 
     def get(self, name: str) -> Family | None:
         return self.families.get(name)

@@ -32,6 +32,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from autoscaler.domain import FRACTION_SIGNALS  # noqa: E402
+from autoscaler.kube.names import (  # noqa: E402
+    ENGINE_NAMES,
+    METRICS_PATH_MAX,
+    METRICS_PATH_PATTERN,
+)
 from autoscaler.policy.document import (  # noqa: E402
     DEFAULT_PROFILE,
     PROFILE_FIELD,
@@ -180,13 +185,14 @@ def _target_fields() -> dict[str, Any]:
         },
         "metricsPath": {
             "type": "string",
-            "pattern": "^/",
+            "pattern": METRICS_PATH_PATTERN,
+            "maxLength": METRICS_PATH_MAX,
             "default": "/metrics",
         },
         "engine": {
             "description": "Metric dialect of the pods; auto detects it from the exposition.",
             "type": "string",
-            "enum": ["auto", "vllm", "sglang", "tgi", "trtllm"],
+            "enum": list(ENGINE_NAMES),
             "default": "auto",
         },
         "selector": {

@@ -122,7 +122,9 @@ class BoundedH11Protocol(H11Protocol):
         if reason == "header_timeout" and self._partial:
             with contextlib.suppress(Exception):
                 self.transport.write(_TIMED_OUT)
-        self.transport.close()
+            self.transport.close()
+        else:
+            self.transport.abort()  # nothing to say: free the descriptor now
         self.gate.count(reason)
         return True
 

@@ -15,7 +15,8 @@ from typing import Any, cast
 
 from autoscaler.domain import Decision, TargetRef
 from autoscaler.errors import ConfigError
-from autoscaler.kube.names import CRD_GROUP, CRD_KIND, CRD_VERSION
+from autoscaler.kube.names import CRD_GROUP, CRD_KIND, CRD_VERSION, metrics_path_problem
+from autoscaler.kube.selectors import match_labels_problems
 from autoscaler.policy.document import PolicySource, load_source
 from autoscaler.policy.status import PolicyStatus
 from autoscaler.store.base import Mode, ScaleTargetRef, TargetSpec
@@ -69,14 +70,16 @@ def object_to_spec(obj: Mapping[str, Any]) -> TargetSpec:
     if not isinstance(port, int) or not 1 <= port <= 65535:
         problems.append(f"spec.metricsPort: value {port!r} must be an integer in 1..65535")
     path = raw.get("metricsPath", "/metrics")
-    if not isinstance(path, str) or not path.startswith("/"):
-        problems.append(f"spec.metricsPath: value {path!r} must start with '/'")
+    if (why := metrics_path_problem(path)) is not None:
+        problems.append(f"spec.metricsPath: value {path!r} {why}")
     selector = raw.get("selector")
     labels: dict[str, str] | None = None
     if selector is not None:
         ml = selector.get("matchLabels") if isinstance(selector, dict) else None
         if not isinstance(ml, dict) or not ml:
             problems.append("spec.selector.matchLabels: must be a non-empty map when set")
+        elif bad := match_labels_problems(ml, "spec.selector.matchLabels"):
+            problems.extend(bad)
         else:
             labels = {str(k): str(v) for k, v in ml.items()}
     policy_doc = {k: v for k, v in raw.items() if k not in _TARGET_KEYS}

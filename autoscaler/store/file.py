@@ -26,6 +26,8 @@ import yaml
 
 from autoscaler.domain import TargetRef
 from autoscaler.errors import ConfigError
+from autoscaler.kube.names import ENGINE_NAMES, metrics_path_problem
+from autoscaler.kube.selectors import match_labels_problems
 from autoscaler.logging import get_logger
 from autoscaler.policy.document import PolicySource, load_source
 from autoscaler.store.base import (
@@ -170,19 +172,19 @@ def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = Non
         problems.append(f"metricsPort: value {port!r} must be an integer in 1..65535")
         port = 8000
     path = doc.get("metricsPath", "/metrics")
-    if not isinstance(path, str) or not path.startswith("/"):
-        problems.append(f"metricsPath: value {path!r} must be a path starting with '/'")
+    if (why := metrics_path_problem(path)) is not None:
+        problems.append(f"metricsPath: value {path!r} {why}")
         path = "/metrics"
     engine = doc.get("engine", "auto")
-    if not isinstance(engine, str) or not engine:
-        problems.append(f"engine: value {engine!r} must be a non-empty string")
+    if engine not in ENGINE_NAMES:
+        problems.append(f"engine: value {engine!r} must be one of {', '.join(ENGINE_NAMES)}")
         engine = "auto"
     selector = doc.get("selector")
-    if selector is not None and not (
-        isinstance(selector, Mapping)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items())
-    ):
+    if selector is not None and not isinstance(selector, Mapping):
         problems.append(f"selector: value {selector!r} must map label names to strings")
+        selector = None
+    elif selector is not None and (bad := match_labels_problems(selector, "selector")):
+        problems.extend(bad)
         selector = None
 
     policy_doc = doc.get("policy", {})

@@ -17,6 +17,9 @@ COMPONENT: Final = "llm-autoscaler"
 # the end of the text); the REST API and the file store check the same with fullmatch.
 METRICS_PATH_PATTERN: Final = r"^/[^\x00-\x20\x7f]*$"
 METRICS_PATH_MAX: Final = 1024
+# A Kubernetes object name (RFC 1123 subdomain), as the REST API checks scaleTargetRef.name.
+OBJECT_NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+LABEL_VALUE_PATTERN: Final = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 ENGINE_NAMES: Final = ("auto", "vllm", "sglang", "tgi", "trtllm")
 
 

@@ -16,6 +16,7 @@ import builtins
 import contextlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ import yaml
 
 from autoscaler.domain import TargetRef
 from autoscaler.errors import ConfigError
-from autoscaler.kube.names import ENGINE_NAMES, metrics_path_problem
+from autoscaler.kube.names import ENGINE_NAMES, OBJECT_NAME_PATTERN, metrics_path_problem
 from autoscaler.kube.selectors import match_labels_problems
 from autoscaler.logging import get_logger
 from autoscaler.policy.document import PolicySource, load_source
@@ -92,17 +93,16 @@ def target_spec_to_dict(spec: TargetSpec) -> dict[str, Any]:
     return doc
 
 
+_OBJECT_NAME = re.compile(OBJECT_NAME_PATTERN[1:-1])
+
+
 def _is_dns_label(s: str) -> bool:
-    """Kubernetes object-name rule (RFC 1123 subdomain, simplified to labels and dots)."""
-    if not 1 <= len(s) <= 253:
-        return False
-    return all(
-        part
-        and len(part) <= 63
-        and part[0].isalnum()
-        and part[-1].isalnum()
-        and all(c.islower() or c.isdigit() or c == "-" for c in part)
-        for part in s.split(".")
+    """Kubernetes object-name rule (RFC 1123 subdomain: ASCII lowercase labels and dots),
+    as the CRD's pattern for scaleTargetRef.name."""
+    return (
+        1 <= len(s) <= 253
+        and all(len(part) <= 63 for part in s.split("."))
+        and _OBJECT_NAME.fullmatch(s) is not None
     )
 
 
@@ -182,6 +182,12 @@ def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = Non
     selector = doc.get("selector")
     if selector is not None and not isinstance(selector, Mapping):
         problems.append(f"selector: value {selector!r} must map label names to strings")
+        selector = None
+    elif selector is not None and not selector:
+        problems.append(
+            "selector: value {} must name at least one label (omit it to scrape the scale "
+            "target's own pods)"
+        )
         selector = None
     elif selector is not None and (bad := match_labels_problems(selector, "selector")):
         problems.extend(bad)

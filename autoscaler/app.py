@@ -262,7 +262,11 @@ class Controller:
             on_close=self.metrics.observe_connection_closed,
         )
         self.grpc = await serve_grpc(
-            self.state, s.grpc.host, s.grpc.port, tls=GrpcTls.from_settings(s.grpc)
+            self.state,
+            s.grpc.host,
+            s.grpc.port,
+            tls=GrpcTls.from_settings(s.grpc),
+            on_stream=self.metrics.observe_keda_stream,
         )
         if self.elector is not None:
             self._tasks.spawn("leader-election", self.elector.run(self._on_leader_change))

@@ -93,6 +93,7 @@ class ControllerMetrics:
             registry=r,
         )
         self._connections_closed: Counter | None = None
+        self._keda_streams: Counter | None = None
 
     def observe_connection_closed(self, reason: str) -> None:
         """An HTTP connection the listener's limits closed (autoscaler/api/connections.py).
@@ -107,6 +108,17 @@ class ControllerMetrics:
                 registry=self.registry,
             )
         self._connections_closed.labels(reason).inc()
+
+    def observe_keda_stream(self, event: str) -> None:
+        """A KEDA activation stream opened or closed (registered on first use)."""
+        if self._keda_streams is None:
+            self._keda_streams = Counter(
+                "llm_autoscaler_keda_streams",
+                "KEDA StreamIsActive streams, by event: opened, closed (open now: the difference).",
+                ["event"],
+                registry=self.registry,
+            )
+        self._keda_streams.labels(event).inc()
 
     def observe_decision(self, ref: TargetRef, decision: Decision) -> None:
         """Remember the decision (O(1) per tick); its series are built at scrape time."""

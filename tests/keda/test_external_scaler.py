@@ -217,7 +217,7 @@ async def test_activation_streams_are_counted_and_logged_at_debug(
     handle = await serve_grpc(state, on_stream=events.append)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{handle.port}") as channel:
-            stub = pb_grpc.ExternalScalerStub(channel)
+            stub = pb_grpc.ExternalScalerStub(channel)  # type: ignore[no-untyped-call]
             for _ in range(3):
                 call = stub.StreamIsActive(so_ref())
                 first = await call.read()

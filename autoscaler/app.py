@@ -22,6 +22,7 @@ from fastapi import APIRouter, FastAPI
 from prometheus_client import Gauge
 
 from autoscaler.api.app import create_app
+from autoscaler.api.connections import ConnectionLimits, connection_cap, raise_fd_limit
 from autoscaler.api.metrics import ControllerMetrics
 from autoscaler.api.security import ApiSettings
 from autoscaler.api.server import HttpServerHandle, serve_http
@@ -279,9 +280,23 @@ class Controller:
         )
         self.loop.set_targets(await store.list(s.namespace))
         app = http_app(self.state, store, ApiSettings.from_env(s), self.metrics)
-        self.http = await serve_http(app, s.http.host, s.http.port)
+        soft, _ = raise_fd_limit()
+        self.http = await serve_http(
+            app,
+            s.http.host,
+            s.http.port,
+            limits=ConnectionLimits(
+                header_timeout_s=s.http.header_timeout_s,
+                max_connections=connection_cap(s.http.max_connections, soft),
+            ),
+            on_close=self.metrics.observe_connection_closed,
+        )
         self.grpc = await serve_grpc(
-            self.state, s.grpc.host, s.grpc.port, tls=GrpcTls.from_settings(s.grpc)
+            self.state,
+            s.grpc.host,
+            s.grpc.port,
+            tls=GrpcTls.from_settings(s.grpc),
+            on_stream=self.metrics.observe_keda_stream,
         )
         if self.leases is not None:
             self._tasks.spawn("leases", self.leases.run(self._on_shards_change))

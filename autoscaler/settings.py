@@ -26,6 +26,12 @@ from autoscaler.errors import ConfigError
 class HttpSettings(BaseModel):
     host: str = "0.0.0.0"
     port: int = Field(default=8080, ge=0, le=65535)
+    # Connection bounds (docs/failure-modes.md "Hostile clients"): seconds a connection
+    # has to send its request line and headers, and connections held open at once (the
+    # oldest still waiting for headers is closed to make room; kept below the open-file
+    # limit so the controller's own Kubernetes calls and scrapes always have descriptors).
+    header_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    max_connections: int = Field(default=1000, ge=16, le=1_000_000)
 
 
 class GrpcSettings(BaseModel):

@@ -13,13 +13,22 @@ profile's). An invalid target is rejected whole with every problem named.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast, get_args
 
 from autoscaler.domain import TargetRef
 from autoscaler.errors import ConfigError
-from autoscaler.names import CRD_GROUP, CRD_KIND, CRD_VERSION
+from autoscaler.names import (
+    CRD_GROUP,
+    CRD_KIND,
+    CRD_VERSION,
+    ENGINE_NAMES,
+    OBJECT_NAME_PATTERN,
+    match_labels_problems,
+    metrics_path_problem,
+)
 from autoscaler.policy.document import (
     DEFAULT_PROFILE,
     PolicySource,
@@ -133,17 +142,16 @@ def target_spec_to_dict(spec: TargetSpec) -> dict[str, Any]:
     return doc
 
 
+_OBJECT_NAME = re.compile(OBJECT_NAME_PATTERN[1:-1])
+
+
 def _is_dns_label(s: str) -> bool:
-    """Kubernetes object-name rule (RFC 1123 subdomain, simplified to labels and dots)."""
-    if not 1 <= len(s) <= 253:
-        return False
-    return all(
-        part
-        and len(part) <= 63
-        and part[0].isalnum()
-        and part[-1].isalnum()
-        and all(c.islower() or c.isdigit() or c == "-" for c in part)
-        for part in s.split(".")
+    """Kubernetes object-name rule (RFC 1123 subdomain: ASCII lowercase labels and dots),
+    as the CRD's pattern for scaleTargetRef.name."""
+    return (
+        1 <= len(s) <= 253
+        and all(len(part) <= 63 for part in s.split("."))
+        and _OBJECT_NAME.fullmatch(s) is not None
     )
 
 
@@ -213,19 +221,25 @@ def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = Non
         problems.append(f"metricsPort: value {port!r} must be an integer in 1..65535")
         port = 8000
     path = doc.get("metricsPath", "/metrics")
-    if not isinstance(path, str) or not path.startswith("/"):
-        problems.append(f"metricsPath: value {path!r} must be a path starting with '/'")
+    if (why := metrics_path_problem(path)) is not None:
+        problems.append(f"metricsPath: value {path!r} {why}")
         path = "/metrics"
     engine = doc.get("engine", "auto")
-    if not isinstance(engine, str) or not engine:
-        problems.append(f"engine: value {engine!r} must be a non-empty string")
+    if engine not in ENGINE_NAMES:
+        problems.append(f"engine: value {engine!r} must be one of {', '.join(ENGINE_NAMES)}")
         engine = "auto"
     selector = doc.get("selector")
-    if selector is not None and not (
-        isinstance(selector, Mapping)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items())
-    ):
+    if selector is not None and not isinstance(selector, Mapping):
         problems.append(f"selector: value {selector!r} must map label names to strings")
+        selector = None
+    elif selector is not None and not selector:
+        problems.append(
+            "selector: value {} must name at least one label (omit it to scrape the scale "
+            "target's own pods)"
+        )
+        selector = None
+    elif selector is not None and (bad := match_labels_problems(selector, "selector")):
+        problems.extend(bad)
         selector = None
 
     policy_doc = doc.get("policy", {})
@@ -303,14 +317,16 @@ def object_to_spec(obj: Mapping[str, Any]) -> TargetSpec:
     if not isinstance(port, int) or not 1 <= port <= 65535:
         problems.append(f"spec.metricsPort: value {port!r} must be an integer in 1..65535")
     path = raw.get("metricsPath", "/metrics")
-    if not isinstance(path, str) or not path.startswith("/"):
-        problems.append(f"spec.metricsPath: value {path!r} must start with '/'")
+    if (why := metrics_path_problem(path)) is not None:
+        problems.append(f"spec.metricsPath: value {path!r} {why}")
     selector = raw.get("selector")
     labels: dict[str, str] | None = None
     if selector is not None:
         ml = selector.get("matchLabels") if isinstance(selector, dict) else None
         if not isinstance(ml, dict) or not ml:
             problems.append("spec.selector.matchLabels: must be a non-empty map when set")
+        elif bad := match_labels_problems(ml, "spec.selector.matchLabels"):
+            problems.extend(bad)
         else:
             labels = {str(k): str(v) for k, v in ml.items()}
     policy_doc = {k: v for k, v in raw.items() if k not in _TARGET_KEYS}

@@ -32,6 +32,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from autoscaler.domain import FRACTION_SIGNALS  # noqa: E402
+from autoscaler.names import (  # noqa: E402
+    ENGINE_NAMES,
+    LABEL_VALUE_PATTERN,
+    METRICS_PATH_MAX,
+    METRICS_PATH_PATTERN,
+    OBJECT_NAME_PATTERN,
+)
 from autoscaler.policy.document import (  # noqa: E402
     DEFAULT_PROFILE,
     PROFILE_FIELD,
@@ -156,9 +163,14 @@ def _target_fields() -> dict[str, Any]:
             "type": "object",
             "required": ["kind", "name"],
             "properties": {
-                "apiVersion": {"type": "string", "default": "apps/v1"},
+                "apiVersion": {"type": "string", "minLength": 1, "default": "apps/v1"},
                 "kind": {"type": "string", "enum": ["Deployment", "StatefulSet"]},
-                "name": {"type": "string", "minLength": 1, "maxLength": 253},
+                "name": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 253,
+                    "pattern": OBJECT_NAME_PATTERN,
+                },
             },
         },
         "mode": {
@@ -180,13 +192,14 @@ def _target_fields() -> dict[str, Any]:
         },
         "metricsPath": {
             "type": "string",
-            "pattern": "^/",
+            "pattern": METRICS_PATH_PATTERN,
+            "maxLength": METRICS_PATH_MAX,
             "default": "/metrics",
         },
         "engine": {
             "description": "Metric dialect of the pods; auto detects it from the exposition.",
             "type": "string",
-            "enum": ["auto", "vllm", "sglang", "tgi", "trtllm"],
+            "enum": list(ENGINE_NAMES),
             "default": "auto",
         },
         "selector": {
@@ -194,9 +207,17 @@ def _target_fields() -> dict[str, Any]:
             "type": "object",
             "properties": {
                 "matchLabels": {
+                    "description": (
+                        "Label keys are checked when the controller reads the object (a "
+                        "structural schema cannot check map keys); values here."
+                    ),
                     "type": "object",
                     "minProperties": 1,
-                    "additionalProperties": {"type": "string"},
+                    "additionalProperties": {
+                        "type": "string",
+                        "maxLength": 63,
+                        "pattern": LABEL_VALUE_PATTERN,
+                    },
                 }
             },
         },

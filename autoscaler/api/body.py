@@ -25,6 +25,28 @@ PROBLEM_HEAD_CHARS: Final = 200
 PROBLEM_TAIL_CHARS: Final = 120
 
 
+JSON_MEDIA_TYPES: Final = frozenset({"application/json", "application/merge-patch+json"})
+
+
+class UnsupportedMediaType(ValueError):
+    """A body declared as something other than JSON (HTTP 415)."""
+
+
+def check_json_media_type(content_type: str | None) -> None:
+    """A JSON endpoint takes ``application/json``, ``application/merge-patch+json`` or
+    any ``+json`` type; no Content-Type at all is read as JSON (curl without -H)."""
+    if content_type is None or not content_type.strip():
+        return
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media in JSON_MEDIA_TYPES or (media.startswith("application/") and media.endswith("+json")):
+        return
+    shown = content_type if len(content_type) <= 80 else content_type[:80] + "..."
+    raise UnsupportedMediaType(
+        f"Content-Type: value {shown!r} is not JSON; send application/json "
+        "(or application/merge-patch+json for PATCH)"
+    )
+
+
 class BodyTooDeep(ValueError):
     """Nesting beyond `MAX_DEPTH` (HTTP 400)."""
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Path, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials
 
-from autoscaler.api.body import parse_json
+from autoscaler.api.body import check_json_media_type, parse_json
 from autoscaler.api.documents import NAME_PATTERN
 from autoscaler.api.limits import DryRunGate
 from autoscaler.api.metrics import ControllerMetrics
@@ -61,4 +61,5 @@ def make_context(
 
 async def json_body(request: Request, root: str = "") -> Any:
     # The body limit (413) is enforced while this reads; see BodyLimitMiddleware.
+    check_json_media_type(request.headers.get("content-type"))
     return parse_json(await request.body(), root=root)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -10,12 +11,22 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from autoscaler.api.body import BodyTooDeep, SafeJSONResponse, clip, clip_problems
+from autoscaler.api.body import (
+    BodyTooDeep,
+    SafeJSONResponse,
+    UnsupportedMediaType,
+    clip,
+    clip_problems,
+)
 from autoscaler.api.preconditions import MalformedIfMatch
-from autoscaler.errors import ConfigError
+from autoscaler.errors import AutoscalerError, ConfigError, TemporaryError
 from autoscaler.keda.value import NoDataYet, TargetUnknown, WrongMode
+from autoscaler.logging import get_logger
 from autoscaler.store.base import NotFound, PreconditionFailed
+from autoscaler.store.errors import ClusterForbidden, ClusterRejected
 from autoscaler.store.file import PolicyFileInvalid
+
+log = get_logger(__name__)
 
 
 def problem(status_code: int, detail: str, **extra: Any) -> SafeJSONResponse:
@@ -30,6 +41,39 @@ def install_exception_handlers(app: FastAPI) -> None:
     @app.exception_handler(ConfigError)
     async def _config_error(_: Request, err: ConfigError) -> SafeJSONResponse:
         return problem(422, "invalid input", problems=clip_problems(err.problems))
+
+    @app.exception_handler(ClusterRejected)
+    async def _cluster_rejected(_: Request, err: ClusterRejected) -> SafeJSONResponse:
+        return problem(
+            422,
+            "invalid input: the Kubernetes API server refused the document",
+            problems=clip_problems(err.problems),
+        )
+
+    @app.exception_handler(ClusterForbidden)
+    async def _cluster_forbidden(_: Request, err: ClusterForbidden) -> SafeJSONResponse:
+        log.warning("api_cluster_forbidden", verb=err.verb, resource=err.resource)
+        return problem(503, clip(str(err)), verb=err.verb, resource=err.resource)
+
+    @app.exception_handler(TemporaryError)
+    async def _cluster_unavailable(_: Request, err: TemporaryError) -> SafeJSONResponse:
+        seconds = max(1, math.ceil(err.retry_after_s or 1.0))
+        return SafeJSONResponse(
+            {"detail": clip(f"{err}; retry after {seconds} s")},
+            status_code=503,
+            headers={"Retry-After": str(seconds)},
+        )
+
+    @app.exception_handler(AutoscalerError)
+    async def _upstream_error(_: Request, err: AutoscalerError) -> SafeJSONResponse:
+        # Any other failure the store reports is the cluster's or the file's, never the
+        # client's: 502 with the reason, not 500.
+        log.warning("api_store_error", error=clip(str(err)))
+        return problem(502, clip(str(err)))
+
+    @app.exception_handler(UnsupportedMediaType)
+    async def _media_type(_: Request, err: UnsupportedMediaType) -> SafeJSONResponse:
+        return problem(415, str(err))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, err: RequestValidationError) -> SafeJSONResponse:

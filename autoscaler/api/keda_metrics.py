@@ -10,7 +10,12 @@ from autoscaler.api.body import SafeJSONResponse
 from autoscaler.api.context import ApiContext, Name, Namespace
 from autoscaler.api.documents import PROBLEM, R503, READ
 from autoscaler.domain import TargetRef
-from autoscaler.keda.value import DEFAULT_TARGET_SIZE, MAX_TARGET_SIZE, read_target
+from autoscaler.keda.value import (
+    DEFAULT_TARGET_SIZE,
+    MAX_TARGET_SIZE,
+    MIN_TARGET_SIZE,
+    read_target,
+)
 
 
 def keda_router(ctx: ApiContext) -> APIRouter:
@@ -27,7 +32,8 @@ def keda_router(ctx: ApiContext) -> APIRouter:
         namespace: Namespace,
         name: Name,
         target_size: Annotated[
-            float, Query(alias="targetSize", gt=0, le=MAX_TARGET_SIZE, allow_inf_nan=False)
+            float,
+            Query(alias="targetSize", ge=MIN_TARGET_SIZE, le=MAX_TARGET_SIZE, allow_inf_nan=False),
         ] = DEFAULT_TARGET_SIZE,
     ) -> dict[str, Any]:
         """For KEDA's ``metrics-api`` trigger: ``valueLocation: value`` with

@@ -92,6 +92,33 @@ class ControllerMetrics:
             buckets=_API_BUCKETS_S,
             registry=r,
         )
+        self._connections_closed: Counter | None = None
+        self._keda_streams: Counter | None = None
+
+    def observe_connection_closed(self, reason: str) -> None:
+        """An HTTP connection the listener's limits closed (autoscaler/api/connections.py).
+        Registered on first use, so /metrics is unchanged until a limit acts."""
+        if self._connections_closed is None:
+            self._connections_closed = Counter(
+                "llm_autoscaler_http_connections_closed",
+                "HTTP connections closed by the listener's limits, by reason: "
+                "header_timeout, evicted (oldest waiting for headers, listener full), "
+                "refused (listener full of requests in progress).",
+                ["reason"],
+                registry=self.registry,
+            )
+        self._connections_closed.labels(reason).inc()
+
+    def observe_keda_stream(self, event: str) -> None:
+        """A KEDA activation stream opened or closed (registered on first use)."""
+        if self._keda_streams is None:
+            self._keda_streams = Counter(
+                "llm_autoscaler_keda_streams",
+                "KEDA StreamIsActive streams, by event: opened, closed (open now: the difference).",
+                ["event"],
+                registry=self.registry,
+            )
+        self._keda_streams.labels(event).inc()
 
     def observe_decision(self, ref: TargetRef, decision: Decision) -> None:
         """Remember the decision (O(1) per tick); its series are built at scrape time."""

@@ -11,12 +11,18 @@ import asyncio
 import contextlib
 import errno
 import socket
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import uvicorn
 from fastapi import FastAPI
 
+from autoscaler.api.connections import (
+    ConnectionGate,
+    ConnectionLimits,
+    Reason,
+    bounded_protocol,
+)
 from autoscaler.errors import ConfigError
 
 
@@ -56,6 +62,7 @@ class HttpServerHandle:
     port: int
     _server: uvicorn.Server
     _task: asyncio.Task[None]
+    gate: ConnectionGate | None = None
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         self._server.should_exit = True
@@ -71,9 +78,19 @@ class HttpServerHandle:
 
 
 async def serve_http(
-    app: FastAPI, host: str = "127.0.0.1", port: int = 0, *, access_log: bool = False
+    app: FastAPI,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    access_log: bool = False,
+    limits: ConnectionLimits | None = None,
+    on_close: Callable[[Reason], None] | None = None,
 ) -> HttpServerHandle:
-    """Start serving and return once the socket is bound (port 0 picks a free port)."""
+    """Start serving and return once the socket is bound (port 0 picks a free port).
+    Every connection has ``limits`` (default `ConnectionLimits()`): a header deadline and
+    a cap on open connections (autoscaler/api/connections.py); ``on_close`` is told each
+    connection those limits close."""
+    gate = ConnectionGate(limits if limits is not None else ConnectionLimits(), on_close)
     config = uvicorn.Config(
         app,
         host=host,
@@ -82,6 +99,7 @@ async def serve_http(
         access_log=access_log,  # off by default: query strings are not logged either
         lifespan="off",
         log_config=None,
+        http=bounded_protocol(gate),
     )
     server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve(), name=f"http-server-{host}:{port}")
@@ -95,4 +113,4 @@ async def serve_http(
         for sock in srv.sockets:
             bound = int(sock.getsockname()[1])
             break
-    return HttpServerHandle(host, bound, server, task)
+    return HttpServerHandle(host, bound, server, task, gate)

@@ -4,7 +4,9 @@ concurrent writers are detected with ETag / If-Match (412, RFC 9110)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import random
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
@@ -24,7 +26,7 @@ from autoscaler.api.documents import (
 from autoscaler.api.preconditions import IfMatch, parse_if_match
 from autoscaler.control.state import ControllerState
 from autoscaler.domain import TargetRef
-from autoscaler.errors import ConfigError
+from autoscaler.errors import ConfigError, TemporaryError
 from autoscaler.logging import get_logger
 from autoscaler.mergepatch import merge_patch
 from autoscaler.policy.document import (
@@ -38,6 +40,9 @@ from autoscaler.store.base import NotFound, PreconditionFailed, StoredTarget
 from autoscaler.target import TargetSpec, target_spec_from_dict, target_spec_to_dict
 
 log = get_logger(__name__)
+# Read-modify-writes an unconditional patch retries when another writer wins in between
+# (each round one of the racing writers succeeds).
+UNCONDITIONAL_ATTEMPTS = 64
 
 
 def _etag(version: str) -> str:
@@ -192,7 +197,9 @@ def targets_router(ctx: ApiContext) -> APIRouter:
         patch = await json_body(request, root)
         if not isinstance(patch, Mapping):
             raise ConfigError("invalid body", ["body: a merge patch must be a JSON object"])
-        for _attempt in range(3):
+        unconditional = pre is None or pre.any_version
+        attempts = UNCONDITIONAL_ATTEMPTS if unconditional else 1
+        for attempt in range(attempts):
             current = await _exists(ref)
             if current is None:
                 if pre is not None:
@@ -204,10 +211,16 @@ def targets_router(ctx: ApiContext) -> APIRouter:
             try:
                 return await _store_spec(spec, current.version, response, created=False)
             except PreconditionFailed:
-                if pre is not None and not pre.any_version:
+                if not unconditional:
                     raise
-                # No If-Match (or "*"): someone wrote in between; re-read and retry.
-        raise PreconditionFailed(f"target {ref} kept changing; retry the patch")
+                # No If-Match (or "*"): someone wrote in between; re-read and apply the
+                # patch again (after a short random pause, so racing writers spread out).
+                await asyncio.sleep(random.uniform(0.0, min(0.002 * (attempt + 1), 0.05)))
+        raise TemporaryError(
+            f"target {ref} kept changing: {attempts} read-modify-writes of this patch all "
+            "raced with other writers",
+            retry_after_s=1.0,
+        )
 
     @router.patch(
         "/v1/targets/{namespace}/{name}",

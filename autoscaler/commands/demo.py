@@ -90,13 +90,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
+LOG_ROTATE_BYTES = 10 * 1024 * 1024
+
+
 def _log_to_file(path: Path, level: str | None) -> Any:
     """Every log line (controller decisions, library warnings) to ``path``, none on the
-    terminal: the terminal is the live table's."""
+    terminal: the terminal is the live table's. Appended, so a restart keeps the last
+    run's lines; past `LOG_ROTATE_BYTES` the file moves to ``<path>.1`` first."""
     from autoscaler.logging import configure_logging
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fh = path.open("w", encoding="utf-8")
+    if path.exists() and path.stat().st_size > LOG_ROTATE_BYTES:
+        path.replace(path.with_name(path.name + ".1"))
+    fh = path.open("a", encoding="utf-8")
     configure_logging(fmt="json", level=level, stream=fh)
     return fh
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -282,10 +283,48 @@ async def run_demo(
     return result
 
 
+TEMPDIR_PREFIX = "llm-autoscaler-demo-"
+PID_FILE = "demo.pid"
+
+
+def sweep_stale_tempdirs(root: Path | None = None) -> list[Path]:
+    """Remove the temp directories of demos that were killed (their ``demo.pid`` names a
+    process that is gone); a running demo's directory, or another user's, is kept."""
+    import shutil
+    import tempfile
+
+    removed = []
+    for d in Path(root or tempfile.gettempdir()).glob(f"{TEMPDIR_PREFIX}*"):
+        try:
+            if d.stat().st_uid != os.getuid():
+                continue
+            pid = int((d / PID_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue  # no pid file: not ours to judge
+        if pid == os.getpid() or _alive(pid):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _tempdir() -> Any:
     import tempfile
 
-    return tempfile.TemporaryDirectory(prefix="llm-autoscaler-demo-")
+    sweep_stale_tempdirs()
+    tmp = tempfile.TemporaryDirectory(prefix=TEMPDIR_PREFIX)
+    (Path(tmp.name) / PID_FILE).write_text(f"{os.getpid()}\n")
+    return tmp
 
 
 def _start_load(

@@ -14,7 +14,7 @@ the ScaledObject's name), ``namespace`` (default: the ScaledObject's namespace),
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -23,6 +23,7 @@ import grpc
 from grpc import aio
 
 from autoscaler.control.state import ControllerState
+from autoscaler.domain import TargetRef
 from autoscaler.errors import ConfigError
 from autoscaler.keda.gen import externalscaler_pb2 as pb
 from autoscaler.keda.gen import externalscaler_pb2_grpc as pb_grpc
@@ -98,9 +99,25 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
     """The servicer; ``recheck_interval_s`` only bounds how long a stream goes without
     re-reading when nothing is published (e.g. a target removed), never push latency."""
 
-    def __init__(self, state: ControllerState, *, recheck_interval_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        state: ControllerState,
+        *,
+        recheck_interval_s: float = 5.0,
+        on_stream: Callable[[str], None] | None = None,
+    ) -> None:
         self.state = state
         self.recheck_interval_s = recheck_interval_s
+        # Told "opened"/"closed" per activation stream (a counter: KEDA reconnects
+        # streams routinely, so one log line each at INFO flooded the log).
+        self.on_stream = on_stream
+        self.streams = {"opened": 0, "closed": 0}
+
+    def _stream_event(self, event: str, ref: TargetRef) -> None:
+        self.streams[event] += 1
+        log.debug(f"keda_stream_{event}", target=str(ref))
+        if self.on_stream is not None:
+            self.on_stream(event)
 
     def _query(self, ref: pb.ScaledObjectRef) -> ScalerQuery:
         return parse_query(ref.name, ref.namespace, dict(ref.scalerMetadata))
@@ -124,7 +141,19 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         self, request: pb.ScaledObjectRef, context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.IsActiveResponse]:
         query, reading = await self._read(request, context)  # unknown target: fail at once
-        log.info("keda_stream_opened", target=str(query.ref), active=reading.active)
+        self._stream_event("opened", query.ref)
+        try:
+            async for response in self._stream(query, reading, context):
+                yield response
+        finally:
+            self._stream_event("closed", query.ref)
+
+    async def _stream(
+        self,
+        query: ScalerQuery,
+        reading: ScalerReading,
+        context: aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.IsActiveResponse]:
         last = reading.active
         yield pb.IsActiveResponse(result=last)
         while True:
@@ -180,6 +209,7 @@ class GrpcServerHandle:
     host: str
     port: int
     server: aio.Server
+    scaler: ExternalScaler | None = None
 
     async def stop(self, grace_s: float = 1.0) -> None:
         await self.server.stop(grace_s)
@@ -196,12 +226,13 @@ async def serve_grpc(
     tls: GrpcTls | None = None,
     *,
     recheck_interval_s: float = 5.0,
+    on_stream: Callable[[str], None] | None = None,
 ) -> GrpcServerHandle:
-    """Start the external scaler; returns once bound (port 0 picks a free port)."""
+    """Start the external scaler; returns once bound (port 0 picks a free port).
+    ``on_stream`` is told "opened"/"closed" per activation stream."""
     server = aio.server()
-    pb_grpc.add_ExternalScalerServicer_to_server(  # type: ignore[no-untyped-call]
-        ExternalScaler(state, recheck_interval_s=recheck_interval_s), server
-    )
+    scaler = ExternalScaler(state, recheck_interval_s=recheck_interval_s, on_stream=on_stream)
+    pb_grpc.add_ExternalScalerServicer_to_server(scaler, server)  # type: ignore[no-untyped-call]
     address = f"{host}:{port}"
     try:
         bound = (
@@ -215,4 +246,4 @@ async def serve_grpc(
         raise ConfigError(f"gRPC server cannot bind {address}")
     await server.start()
     log.info("keda_grpc_started", host=host, port=bound, tls=tls is not None)
-    return GrpcServerHandle(host, bound, server)
+    return GrpcServerHandle(host, bound, server, scaler)

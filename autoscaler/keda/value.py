@@ -26,6 +26,12 @@ DEFAULT_TARGET_SIZE: Final = 1.0
 # Upper bound on targetSize, for gRPC and HTTP alike: value = desiredReplicas * targetSize
 # must fit KEDA's int64 metricValue (10_000 replicas * 1e9 = 1e13, far below 9.2e18).
 MAX_TARGET_SIZE: Final = 1e9
+# Lower bound: a smaller size makes value = desiredReplicas * targetSize round to 0 in
+# KEDA's metric (5e-324 was accepted).
+MIN_TARGET_SIZE: Final = 1e-6
+# ASCII decimal only (as Go's strconv.ParseFloat, KEDA's parser, reads it): Python's
+# float() also reads "1_000", "\u0661" (an Arabic-Indic one), " 5 " and "inf".
+_DECIMAL_RE: Final = re.compile(r"[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
 DEFAULT_METRIC_NAME: Final = "llm-autoscaler-desired-replicas"
 _METRIC_NAME_RE: Final = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
 
@@ -92,14 +98,11 @@ def parse_query(name: str, namespace: str, metadata: Mapping[str, str]) -> Scale
     size = DEFAULT_TARGET_SIZE
     raw_size = metadata.get(KEY_TARGET_SIZE)
     if raw_size:
-        try:
-            size = float(raw_size)
-        except ValueError:
-            size = math.nan
-        if not (math.isfinite(size) and 0 < size <= MAX_TARGET_SIZE):
+        size = float(raw_size) if _DECIMAL_RE.fullmatch(raw_size) else math.nan
+        if not (math.isfinite(size) and MIN_TARGET_SIZE <= size <= MAX_TARGET_SIZE):
             problems.append(
-                f"{KEY_TARGET_SIZE}: value {_shown(raw_size)} must be a number "
-                f"in (0, {MAX_TARGET_SIZE:g}]"
+                f"{KEY_TARGET_SIZE}: value {_shown(raw_size)} must be an ASCII decimal "
+                f"number (such as 10, 0.5 or 1e3) in [{MIN_TARGET_SIZE:g}, {MAX_TARGET_SIZE:g}]"
             )
             size = DEFAULT_TARGET_SIZE
     metric = metadata.get(KEY_METRIC_NAME) or DEFAULT_METRIC_NAME

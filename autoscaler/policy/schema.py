@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from autoscaler.domain import FRACTION_SIGNALS, SignalName
@@ -26,6 +26,19 @@ TARGET_MIN = 1e-6  # a metric target below this is a typo (and overflows value /
 VALUE_MAX = 1e9  # largest metric target or activation target (as the HTTP/gRPC caps)
 RATE_POLICY_VALUE_MAX = 10_000
 REPLICAS_MAX = 10_000
+
+POLLING_INTERVAL_MIN_S = 0.1  # below this a target ticks faster than the loop can scrape
+# A tolerance is a fraction of the current replicas. HPA accepts any value >= 0 and its
+# own tests use 2.0 ("never scale down"), so pasted HPA behaviour keeps working up to 10
+# (1,000%: scale up only past 11x demand); 1e308 and the like are refused.
+TOLERANCE_MAX = 10.0
+
+# Strict scalars: a JSON string or boolean is not a number here, as in the CRD's schema
+# (the API server refuses ``"5"`` and ``true`` for an integer), so a document one of
+# them accepts the other accepts too; and what is stored is the value validated.
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
 
 CAPACITY_SIGNALS: tuple[str, ...] = (
     "prompt_tokens_per_s",
@@ -55,23 +68,24 @@ class MetricSpec(_Model):
 
     signal: SignalName
     type: Literal["AverageValue", "Value"] = "AverageValue"
-    target: float = Field(ge=TARGET_MIN, le=VALUE_MAX)
-    activation_target: float = Field(default=0.0, ge=0, le=VALUE_MAX)
+    target: Float = Field(ge=TARGET_MIN, le=VALUE_MAX)
+    activation_target: Float = Field(default=0.0, ge=0, le=VALUE_MAX)
 
 
 class ScalingPolicy(_Model):
     type: Literal["Pods", "Percent"]
-    value: int = Field(gt=0, le=RATE_POLICY_VALUE_MAX)
-    period_seconds: int = Field(gt=0, le=1800)
+    value: Int = Field(gt=0, le=RATE_POLICY_VALUE_MAX)
+    period_seconds: Int = Field(gt=0, le=1800)
 
 
 class ScalingRules(_Model):
     """HPA ``behavior.scaleUp`` / ``scaleDown``; ``None`` fields take HPA's defaults."""
 
-    stabilization_window_seconds: int | None = Field(default=None, ge=0, le=3600)
+    stabilization_window_seconds: Int | None = Field(default=None, ge=0, le=3600)
     select_policy: Literal["Max", "Min", "Disabled"] | None = None
-    # HPA validation only requires >= 0 (its own tests use 2.0: never scale in that direction).
-    tolerance: float | None = Field(default=None, ge=0)
+    # HPA validation only requires >= 0 (its own tests use 2.0: never scale in that
+    # direction); bounded at TOLERANCE_MAX.
+    tolerance: Float | None = Field(default=None, ge=0, le=TOLERANCE_MAX)
     policies: tuple[ScalingPolicy, ...] | None = None
 
 
@@ -83,8 +97,8 @@ class Behavior(_Model):
 class Fallback(_Model):
     """KEDA ``fallback``: after ``failureThreshold`` failed reads, go to ``replicas``."""
 
-    failure_threshold: int = Field(ge=1, le=1_000_000)
-    replicas: int = Field(ge=0, le=REPLICAS_MAX)
+    failure_threshold: Int = Field(ge=1, le=1_000_000)
+    replicas: Int = Field(ge=0, le=REPLICAS_MAX)
 
 
 class Panic(_Model):
@@ -92,9 +106,9 @@ class Panic(_Model):
     least ``threshold`` x the ready replicas, scale up at once and do not scale down
     until ``stableWindowSeconds`` pass without panic."""
 
-    window_seconds: float = Field(default=6.0, gt=0, le=600)
-    threshold: float = Field(default=2.0, gt=1, le=100)
-    stable_window_seconds: float = Field(default=60.0, gt=0, le=3600)
+    window_seconds: Float = Field(default=6.0, gt=0, le=600)
+    threshold: Float = Field(default=2.0, gt=1, le=100)
+    stable_window_seconds: Float = Field(default=60.0, gt=0, le=3600)
 
 
 class Prediction(_Model):
@@ -106,13 +120,13 @@ class Prediction(_Model):
     ``learnedCapacityHeadroom``) acts as one more ``AverageValue`` metric. Until it is
     learned the metric does not exist (never a guessed target)."""
 
-    enabled: bool = True
+    enabled: Bool = True
     forecaster: Literal["ewma", "holt", "seasonal", "auto"] = "auto"
-    horizon_seconds: float | None = Field(default=None, gt=0, le=3600)
-    cold_start_prior_seconds: float = Field(default=90.0, gt=0, le=3600)
-    min_pods_to_learn: int = Field(default=3, ge=1, le=REPLICAS_MAX)
+    horizon_seconds: Float | None = Field(default=None, gt=0, le=3600)
+    cold_start_prior_seconds: Float = Field(default=90.0, gt=0, le=3600)
+    min_pods_to_learn: Int = Field(default=3, ge=1, le=REPLICAS_MAX)
     learned_capacity_signal: SignalName | None = None
-    learned_capacity_headroom: float = Field(default=1.0, gt=0, le=1)
+    learned_capacity_headroom: Float = Field(default=1.0, gt=0, le=1)
 
     @model_validator(mode="after")
     def _capacity_signal(self) -> Prediction:
@@ -129,18 +143,18 @@ class Prediction(_Model):
 class Capacity(_Model):
     """Cap desired replicas to what the GPU resource can place; report capacity-limited."""
 
-    enforce: bool = True
+    enforce: Bool = True
     gpu_resource: str | None = None
-    provisionable_replicas: int = Field(default=0, ge=0, le=REPLICAS_MAX)
+    provisionable_replicas: Int = Field(default=0, ge=0, le=REPLICAS_MAX)
 
 
 class WarmPool(_Model):
     """Pause pods holding warm GPUs so a scale-up lands on a warm node."""
 
-    enabled: bool = False
-    min_replicas: int = Field(default=0, ge=0, le=REPLICAS_MAX)
-    max_replicas: int = Field(default=4, ge=0, le=REPLICAS_MAX)
-    lead_time_seconds: float = Field(default=300.0, ge=0, le=3600)
+    enabled: Bool = False
+    min_replicas: Int = Field(default=0, ge=0, le=REPLICAS_MAX)
+    max_replicas: Int = Field(default=4, ge=0, le=REPLICAS_MAX)
+    lead_time_seconds: Float = Field(default=300.0, ge=0, le=3600)
     priority_class_name: str = "llm-warm-pool-low"
     peak_priority_class_name: str = "llm-warm-pool-peak"
 
@@ -159,7 +173,7 @@ class ColdStartGuard(_Model):
     until new pods are ready, so without this a long cold start compounds the Percent
     policy into a large overshoot. Off reproduces HPA exactly."""
 
-    enabled: bool = True
+    enabled: Bool = True
 
 
 def _default_metrics() -> tuple[MetricSpec, ...]:
@@ -183,11 +197,11 @@ def _default_metrics() -> tuple[MetricSpec, ...]:
 class Policy(_Model):
     """A target's scaling policy (KEDA ScaledObject fields plus HPA behavior, plus ours)."""
 
-    min_replica_count: int = Field(default=1, ge=0, le=REPLICAS_MAX)
-    max_replica_count: int = Field(default=16, ge=1, le=REPLICAS_MAX)
-    idle_replica_count: int | None = Field(default=None, ge=0, le=REPLICAS_MAX)
-    cooldown_period: int = Field(default=300, ge=0, le=86_400)
-    polling_interval: float = Field(default=1.0, gt=0, le=3600)
+    min_replica_count: Int = Field(default=1, ge=0, le=REPLICAS_MAX)
+    max_replica_count: Int = Field(default=16, ge=1, le=REPLICAS_MAX)
+    idle_replica_count: Int | None = Field(default=None, ge=0, le=REPLICAS_MAX)
+    cooldown_period: Int = Field(default=300, ge=0, le=86_400)
+    polling_interval: Float = Field(default=1.0, ge=POLLING_INTERVAL_MIN_S, le=3600)
     fallback: Fallback | None = None
     metrics: tuple[MetricSpec, ...] = Field(default_factory=_default_metrics, min_length=1)
     behavior: Behavior = Field(default_factory=Behavior)
@@ -196,7 +210,7 @@ class Policy(_Model):
     capacity: Capacity = Field(default_factory=Capacity)
     warm_pool: WarmPool = Field(default_factory=WarmPool)
     cold_start_guard: ColdStartGuard = Field(default_factory=ColdStartGuard)
-    allow_fraction_average_value: bool = False
+    allow_fraction_average_value: Bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:

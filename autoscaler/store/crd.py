@@ -29,20 +29,63 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.domain import Decision, TargetRef
-from autoscaler.errors import ConfigError, PermanentError, TemporaryError
+from autoscaler.errors import AutoscalerError, ConfigError, PermanentError, TemporaryError
 from autoscaler.logging import get_logger
 from autoscaler.names import CRD_GROUP, CRD_PLURAL, CRD_VERSION
 from autoscaler.policy.status import PolicyStatus
-from autoscaler.retry import RetryPolicy, Sleep, backoff_s, describe, with_retries
+from autoscaler.retry import (
+    RetryPolicy,
+    Sleep,
+    backoff_s,
+    describe,
+    retry_after_s,
+    with_retries,
+)
 from autoscaler.store.base import AlreadyExists, NotFound, PreconditionFailed, StoredTarget
+from autoscaler.store.errors import ClusterForbidden, ClusterRejected, ClusterUnavailable
 from autoscaler.target import TargetSpec, object_to_spec, spec_to_object
 from autoscaler.target_status import Condition, status_body
 
 log = get_logger(__name__)
+RESOURCE = f"{CRD_PLURAL}.{CRD_GROUP}"
 MERGE_PATCH = "application/merge-patch+json"
 WATCH_FAILURES_NOT_READY = 3
 # What `report_invalid` calls to write a Warning Event: (involvedObject, reason, message).
 EmitEvent = Callable[[dict[str, str], str, str], Awaitable[bool]]
+
+
+def _causes(err: ApiException) -> list[str]:
+    """The API server's reasons for refusing a document (a Status body's
+    ``details.causes``, each ``field: message``), else its message."""
+    try:
+        body = json.loads(err.body or "")
+    except (TypeError, ValueError):
+        body = None
+    problems: list[str] = []
+    if isinstance(body, dict):
+        details = body.get("details")
+        causes = details.get("causes") if isinstance(details, dict) else None
+        for cause in causes or ():
+            if not isinstance(cause, dict):
+                continue
+            field = str(cause.get("field") or "spec").removeprefix("spec.")
+            problems.append(f"{field}: {cause.get('message') or cause.get('reason')}")
+        if not problems and body.get("message"):
+            problems.append(str(body["message"]))
+    return problems or [describe(err)]
+
+
+def cluster_error(
+    what: str, verb: str, namespace: str | None, err: ApiException
+) -> AutoscalerError:
+    """An API server's refusal as the error that says whose problem it is: 400/422 the
+    document's (`ClusterRejected`, with the server's causes), 401/403 the controller's
+    RBAC (`ClusterForbidden`), anything else the cluster's (`ClusterUnavailable`)."""
+    if err.status in (400, 422):
+        return ClusterRejected(f"{what}: the API server refused the document", _causes(err))
+    if err.status in (401, 403):
+        return ClusterForbidden(verb, RESOURCE, namespace, describe(err))
+    return ClusterUnavailable(f"{what}: {describe(err)}", retry_after_s=retry_after_s(err))
 
 
 def _rfc3339(t: float) -> str:
@@ -94,7 +137,12 @@ class CrdPolicyStore:
 
     async def _call(self, what: str, op: Callable[[], Any]) -> Any:
         return await with_retries(
-            op, what=what, policy=self._retry, sleep=self._sleep, rand=self._rand
+            op,
+            what=what,
+            policy=self._retry,
+            sleep=self._sleep,
+            rand=self._rand,
+            exhausted=ClusterUnavailable,
         )
 
     def _stored(self, obj: dict[str, Any]) -> StoredTarget:
@@ -154,7 +202,7 @@ class CrdPolicyStore:
         try:
             result: dict[str, Any] = await self._call("list LLMAutoscalers", op)
         except ApiException as err:
-            raise PermanentError(f"list LLMAutoscalers: {describe(err)}") from None
+            raise cluster_error("list LLMAutoscalers", "list", ns, err) from None
         return result
 
     def health(self) -> str | None:
@@ -180,7 +228,7 @@ class CrdPolicyStore:
         except ApiException as err:
             if err.status == 404:
                 raise NotFound(f"LLMAutoscaler {ref} not found") from None
-            raise PermanentError(f"get LLMAutoscaler {ref}: {describe(err)}") from None
+            raise cluster_error(f"get LLMAutoscaler {ref}", "get", ref.namespace, err) from None
         return obj
 
     async def put(self, spec: TargetSpec, if_match: str | None = None) -> StoredTarget:
@@ -199,7 +247,9 @@ class CrdPolicyStore:
                 return await self._replace(ref, body, rv, current)
             except (PreconditionFailed, NotFound):
                 continue  # someone wrote or deleted in between: try again
-        raise TemporaryError(f"put LLMAutoscaler {ref}: kept racing with other writers")
+        raise ClusterUnavailable(
+            f"put LLMAutoscaler {ref}: kept racing with other writers", retry_after_s=1.0
+        )
 
     async def _put_if_match(
         self, ref: TargetRef, body: dict[str, Any], if_match: str
@@ -226,7 +276,9 @@ class CrdPolicyStore:
             raise PreconditionFailed(
                 f"LLMAutoscaler {ref} does not exist (If-Match {if_match!r})"
             ) from None
-        raise TemporaryError(f"put LLMAutoscaler {ref}: kept racing with other writers")
+        raise ClusterUnavailable(
+            f"put LLMAutoscaler {ref}: kept racing with other writers", retry_after_s=1.0
+        )
 
     async def _create(self, ref: TargetRef, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -239,7 +291,9 @@ class CrdPolicyStore:
         except ApiException as err:
             if err.status == 409:
                 raise AlreadyExists(f"LLMAutoscaler {ref} already exists") from None
-            raise PermanentError(f"create LLMAutoscaler {ref}: {describe(err)}") from None
+            raise cluster_error(
+                f"create LLMAutoscaler {ref}", "create", ref.namespace, err
+            ) from None
         return obj
 
     async def _replace(
@@ -262,7 +316,9 @@ class CrdPolicyStore:
                 ) from None
             if err.status == 404:
                 raise NotFound(f"LLMAutoscaler {ref} not found") from None
-            raise PermanentError(f"replace LLMAutoscaler {ref}: {describe(err)}") from None
+            raise cluster_error(
+                f"replace LLMAutoscaler {ref}", "update", ref.namespace, err
+            ) from None
         return self._stored(obj)
 
     async def delete(self, ref: TargetRef, if_match: str | None = None) -> None:
@@ -295,7 +351,9 @@ class CrdPolicyStore:
                 raise PreconditionFailed(
                     f"LLMAutoscaler {ref}: version {if_match} is stale (changed since read)"
                 ) from None
-            raise PermanentError(f"delete LLMAutoscaler {ref}: {describe(err)}") from None
+            raise cluster_error(
+                f"delete LLMAutoscaler {ref}", "delete", ref.namespace, err
+            ) from None
 
     async def watch(self) -> AsyncIterator[builtins.list[StoredTarget]]:
         """Yields the full (valid) target list at start and after every change."""

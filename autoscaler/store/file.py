@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import yaml
 
@@ -34,7 +34,17 @@ log = get_logger(__name__)
 
 # libyaml's safe loader/dumper when present (several times faster), else pure Python.
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_BaseDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_BaseDumper):  # type: ignore[misc,valid-type]
+    """Never anchors and aliases: targets written from one shared policy document would
+    otherwise share ``&id001`` blocks, and hand-editing one target's block would change
+    every target aliasing it."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
 
 API_VERSION: Final = "llm-autoscaler.io/v1"
 
@@ -93,6 +103,20 @@ class FilePolicyStore:
         self._invalid: PolicyFileInvalid | None = None
         self._loaded = False
         self._yaml = self.path.suffix.lower() in (".yaml", ".yml")
+        self.swept = self._sweep_temp_files()
+
+    def _sweep_temp_files(self) -> list[str]:
+        """Remove the temp files a killed write left (``.<name>.*.tmp`` next to the file;
+        only this store writes them, and nothing is written before it exists)."""
+        swept = []
+        with contextlib.suppress(OSError):
+            for tmp in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                    swept.append(tmp.name)
+        if swept:
+            log.warning("policy_file_temp_files_removed", path=str(self.path), files=swept)
+        return swept
 
     # -- reading the file
 

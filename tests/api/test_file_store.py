@@ -13,7 +13,7 @@ import yaml
 from autoscaler.domain import TargetRef
 from autoscaler.store.base import NotFound, PreconditionFailed, StoredTarget
 from autoscaler.store.file import FilePolicyStore, PolicyFileInvalid
-from autoscaler.target import target_spec_to_dict
+from autoscaler.target import TargetSpec, target_spec_to_dict
 from tests.api.support import spec
 
 
@@ -171,3 +171,36 @@ async def test_watch_picks_up_external_edit_on_next_poll(tmp_path: Path) -> None
     assert [t.spec.ref for t in seen] == [other.ref]
     assert poll.calls[0] == 7.0
     await watch.aclose()
+
+
+async def test_yaml_is_written_without_anchors_so_editing_one_target_changes_only_it(
+    tmp_path: Path,
+) -> None:
+    import dataclasses
+
+    from autoscaler.policy.document import load_source
+
+    path = tmp_path / "policies.yaml"
+    store = FilePolicyStore(path)
+    source = load_source({"metrics": [{"signal": "waiting", "target": 4}]})  # shared by both
+    for name in ("a", "b"):
+        base = TargetSpec.from_source(TargetRef("llm", name), source)
+        await store.put(dataclasses.replace(base))
+    text = path.read_text()
+    assert "&id" not in text and "*id" not in text
+    edited = text.replace("target: 4", "target: 8", 1)  # the first target's block only
+    path.write_text(edited)
+    reread = {t.spec.ref.name: t for t in await FilePolicyStore(path).list()}
+    assert reread["a"].spec.policy.metrics[0].target == 8.0
+    assert reread["b"].spec.policy.metrics[0].target == 4.0
+
+
+def test_temp_files_left_by_a_killed_write_are_swept_at_start(tmp_path: Path) -> None:
+    path = tmp_path / "policies.yaml"
+    left = tmp_path / ".policies.yaml.x8k2.tmp"
+    left.write_text("half a write")
+    other = tmp_path / ".other.yaml.x8k2.tmp"  # not this store's
+    other.write_text("keep")
+    store = FilePolicyStore(path)
+    assert store.swept == [left.name]
+    assert not left.exists() and other.exists()

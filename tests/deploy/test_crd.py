@@ -257,3 +257,170 @@ def test_status_written_by_the_controller_fits_the_status_schema() -> None:
     assert not [e.message for e in crd_validator(_crd()).iter_errors(obj)]
     obj["status"]["desiredReplicas"] = -1
     assert list(crd_validator(_crd()).iter_errors(obj))
+
+
+# ------------------------------------------------------- REST schema vs CRD schema
+# A document the REST API accepts is one the API server accepts too (what the CRD store
+# sends for it validates against the CRD), and a value the CRD refuses the REST API
+# refuses: so a REST write never meets the API server's 422. (The REST API also checks
+# rules across fields the CRD cannot say, such as minReplicaCount <= maxReplicaCount.)
+
+import re  # noqa: E402
+
+import jsonschema  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from autoscaler.errors import ConfigError  # noqa: E402
+from autoscaler.store.file import target_spec_from_dict  # noqa: E402
+from autoscaler.target import spec_to_object  # noqa: E402
+from tests.deploy.manifests import openapi_to_jsonschema  # noqa: E402
+
+
+def _re2_pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Any:
+    """The API server's regexes are Go RE2, where ``$`` is the end of the text; Python's
+    ``$`` also matches before a final newline."""
+    if isinstance(instance, str):
+        python = pattern[:-1] + r"\Z" if pattern.endswith("$") else pattern
+        if re.search(python, instance) is None:
+            yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_CRD_VALIDATOR = jsonschema.validators.extend(
+    jsonschema.Draft4Validator, {"pattern": _re2_pattern}
+)(openapi_to_jsonschema(_spec_schema()))
+
+_BASE: dict[str, Any] = {
+    "scaleTargetRef": {"kind": "Deployment", "name": "chat-vllm"},
+    "selector": {"app": "chat"},
+    "policy": {
+        "minReplicaCount": 1,
+        "maxReplicaCount": 8,
+        "metrics": [{"signal": "waiting", "target": 4}],
+        "behavior": {"scaleUp": {"policies": [{"type": "Pods", "value": 4, "periodSeconds": 60}]}},
+        "panic": {"windowSeconds": 6},
+        "fallback": {"failureThreshold": 3, "replicas": 2},
+        "prediction": {"enabled": True},
+        "warmPool": {"enabled": False},
+    },
+}
+
+
+def _leaf_paths(schema: dict[str, Any], path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if schema.get("type") == "object" and "properties" in schema:
+        out: list[tuple[Any, ...]] = []
+        for name, sub in schema["properties"].items():
+            out.extend(_leaf_paths(sub, (*path, name)))
+        return out
+    if schema.get("type") == "array" and isinstance(schema.get("items"), dict):
+        return _leaf_paths(schema["items"], (*path, 0)) or [path]
+    return [path]
+
+
+def _rest_path(crd_path: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Where a CRD spec field lives in the REST document."""
+    head = crd_path[0]
+    if head in TARGET_FIELDS:
+        return ("selector",) if head == "selector" else crd_path
+    return ("policy", *crd_path)
+
+
+_SPEC_PATHS = [
+    p for p in _leaf_paths(_spec_schema()["properties"]["spec"]) if p and p[0] != "profile"
+]
+_VALUES = st.one_of(
+    st.integers(min_value=-(10**6), max_value=10**6),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([5e-324, 1e308, 0.05, 0.1, 1.0, 10.0, 10.5, 65536, 0, -1]),
+    st.sampled_from(["5", "300", "true", "", "bogus", "/metrics", "/m\r\nX: 1", "/a b"]),
+    st.sampled_from(["auto", "vllm", "Deployment", "Pods", "waiting", "Max", "AverageValue"]),
+    st.sampled_from(["chat", "é", "Chat", "a.b", "a..b", "x" * 254, "\u0661"]),
+    st.booleans(),
+    st.none(),
+    st.dictionaries(
+        st.sampled_from(["app", "bad key!", "a/b", "x" * 64, "-x", "example.com/tier"]),
+        st.sampled_from(["x", "", "bad value!", "y" * 64]),
+        max_size=2,
+    ),
+)
+
+
+def _set(doc: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    node: Any = out
+    for i, key in enumerate(path[:-1]):
+        nxt = path[i + 1]
+        if isinstance(node, dict) and not isinstance(node.get(key), dict | list):
+            node[key] = [{}] if isinstance(nxt, int) else {}
+        if isinstance(node, list) and key >= len(node):
+            node.append({})
+        node = node[key]
+    if isinstance(node, list):
+        node[path[-1] if path[-1] < len(node) else 0] = value
+    else:
+        node[path[-1]] = value
+    return out
+
+
+def _pruned(instance: Any, schema: dict[str, Any]) -> Any:
+    """What the API server validates: a null in a field that is not nullable is pruned
+    (dropped, then defaulted) first."""
+    if isinstance(instance, dict) and "properties" in schema:
+        props = schema["properties"]
+        return {
+            k: _pruned(v, props.get(k, {}))
+            for k, v in instance.items()
+            if not (v is None and k in props and not props[k].get("nullable"))
+        }
+    if isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        return [_pruned(v, schema["items"]) for v in instance]
+    return instance
+
+
+def _crd_object_of_raw(doc: dict[str, Any]) -> dict[str, Any]:
+    """The LLMAutoscaler a user would write for the same raw REST document."""
+    spec = {k: v for k, v in doc.items() if k not in ("policy", "selector")}
+    spec.update(doc.get("policy") or {})
+    if doc.get("selector") is not None:
+        spec["selector"] = {"matchLabels": doc["selector"]}
+    obj = {"apiVersion": "x", "kind": "LLMAutoscaler", "metadata": {"name": "chat"}}
+    return {**obj, "spec": _pruned(spec, _spec_schema()["properties"]["spec"])}
+
+
+def _rest_spec(doc: dict[str, Any]) -> Any:
+    try:
+        return target_spec_from_dict(doc, ref=TargetRef("default", "chat"))
+    except ConfigError:
+        return None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(path=st.sampled_from(_SPEC_PATHS), value=_VALUES)
+def test_a_document_the_rest_api_accepts_the_crd_accepts_and_vice_versa_per_field(
+    path: tuple[Any, ...], value: Any
+) -> None:
+    doc = _set(_BASE, _rest_path(path), value)
+    spec = _rest_spec(doc)
+    raw_crd_ok = _CRD_VALIDATOR.is_valid(_crd_object_of_raw(doc))
+    if spec is not None:
+        sent = spec_to_object(spec)
+        errors = [e.message for e in _CRD_VALIDATOR.iter_errors(sent)]
+        assert errors == [], f"REST accepted {path}={value!r}; the CRD refuses: {errors}"
+        assert raw_crd_ok, f"REST accepted {path}={value!r} as written; the CRD refuses it"
+    elif not raw_crd_ok:
+        pass  # both refuse
+    else:
+        # The CRD accepts, REST refuses: only for rules across fields, a null the API
+        # server prunes (a non-nullable field set to null is dropped, then defaulted), or
+        # a label key (a structural schema cannot check map keys; the controller refuses
+        # the object when it reads it, with an InvalidSpec status).
+        with pytest.raises(ConfigError) as err:
+            target_spec_from_dict(doc, ref=TargetRef("default", "chat"))
+        text = str(err.value)
+        cross_field = re.search(
+            r"must be <=|must be <|repeated|fraction|per-replica|is not a label key", text
+        )
+        assert value is None or cross_field, f"{path}={value!r}: only REST refuses: {text}"
+
+
+from autoscaler.domain import TargetRef  # noqa: E402

@@ -167,7 +167,10 @@ async def test_many_streams_all_receive_one_push(
         s.cancel()
 
 
-@pytest.mark.parametrize("size", ["1e300", "1e10", "inf", "1" * 5000])
+@pytest.mark.parametrize(
+    "size",
+    ["1e300", "1e10", "inf", "1" * 5000, "5e-324", "0", "\u0661", "1_000", " 5", "0x10", "-2"],
+)
 async def test_target_size_beyond_the_http_cap_is_invalid_argument_naming_the_field(
     stub: pb_grpc.ExternalScalerStub, state: ControllerState, size: str
 ) -> None:
@@ -185,7 +188,8 @@ async def test_target_size_beyond_the_http_cap_is_invalid_argument_naming_the_fi
             await call
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         details = err.value.details() or ""
-        assert "targetSize" in details and "(0, 1e+09]" in details
+        assert "targetSize" in details and "ASCII decimal" in details
+        assert "[1e-06, 1e+09]" in details
         assert len(details) < 300  # a 5,000-digit value is clipped, not echoed
 
 
@@ -200,3 +204,32 @@ async def test_target_size_at_the_cap_serves_an_int64_metric_value(
     mv = (await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref))).metricValues[0]
     assert mv.metricValue == 10_000 * 1_000_000_000
     assert hpa_replicas(mv.metricValueFloat, metric_spec.targetSizeFloat) == 10_000
+
+
+async def test_activation_streams_are_counted_and_logged_at_debug(
+    state: ControllerState, caplog: pytest.LogCaptureFixture
+) -> None:
+    from autoscaler.keda.server import serve_grpc
+
+    events: list[str] = []
+    register(state, spec())
+    await publish(state, REF, t=1.0, current=3, desired=4)
+    handle = await serve_grpc(state, on_stream=events.append)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{handle.port}") as channel:
+            stub = pb_grpc.ExternalScalerStub(channel)  # type: ignore[no-untyped-call]
+            for _ in range(3):
+                call = stub.StreamIsActive(so_ref())
+                first = await call.read()
+                assert first.result is True
+                call.cancel()
+        for _ in range(200):
+            if len(events) == 6:
+                break
+            await asyncio.sleep(0.01)
+        assert sorted(events) == ["closed"] * 3 + ["opened"] * 3
+        assert handle.scaler is not None and handle.scaler.streams == {"opened": 3, "closed": 3}
+        infos = [r for r in caplog.records if "keda_stream" in r.getMessage()]
+        assert all(r.levelname == "DEBUG" for r in infos)
+    finally:
+        await handle.stop()

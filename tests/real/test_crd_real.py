@@ -235,3 +235,55 @@ async def test_a_policy_built_in_code_round_trips_through_the_api_server(
     stored = await CrdPolicyStore(controller_api).get(spec.ref)
     assert stored.spec.policy == policy
     assert stored.spec.policy.prediction is None
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"maxReplicaCount": "5"},
+        {"maxReplicaCount": True},
+        {"cooldownPeriod": "300"},
+        {"engine": "bogus"},
+        {"metricsPath": "/metrics\r\nX: 1"},
+        {"pollingInterval": 5e-324},
+    ],
+)
+async def test_rest_patches_the_crd_refuses_are_422_not_500(
+    kube: Kube, namespace: str, controller_api: ApiClient, patch: dict[str, Any]
+) -> None:
+    import httpx
+
+    from autoscaler.api.app import create_app
+    from autoscaler.api.security import ApiSettings
+    from autoscaler.control.state import ControllerState
+
+    obj = llmas("llama", namespace)
+    await kube.create(obj)
+    app = create_app(ControllerState(), CrdPolicyStore(controller_api), ApiSettings("t"))
+    auth = {"Authorization": "Bearer t"}
+    url = f"/v1/targets/{namespace}/llama"
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://a") as c:
+        policy_level = next(iter(patch)) not in ("engine", "metricsPath")
+        body = {"policy": patch} if policy_level else patch
+        r = await c.patch(url, json=body, headers=auth)
+        assert r.status_code == 422, r.text
+        assert any(next(iter(patch)) in p for p in r.json()["problems"])
+        ok = await c.patch(url, json={"policy": {"maxReplicaCount": 5}}, headers=auth)
+        assert ok.status_code == 200, ok.text
+    assert (await kube.read(obj))["spec"]["maxReplicaCount"] == 5
+
+
+async def test_the_api_servers_422_becomes_a_rejection_naming_the_field(
+    kube: Kube, namespace: str, controller_api: ApiClient
+) -> None:
+    from autoscaler.policy.document import PolicySource
+    from autoscaler.store.errors import ClusterRejected
+
+    # A document that skipped our validation (as an older controller might send it).
+    source = PolicySource(document={"maxReplicaCount": "5"}, policy=load_policy({}))
+    spec = TargetSpec.from_source(
+        TargetRef(namespace, "raw"), source, scale_target_ref=ScaleTargetRef(name="raw")
+    )
+    with pytest.raises(ClusterRejected) as err:
+        await CrdPolicyStore(controller_api).put(spec)
+    assert any(p.startswith("maxReplicaCount:") for p in err.value.problems), err.value.problems

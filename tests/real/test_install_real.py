@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,3 +183,16 @@ async def test_the_chart_installs_and_its_controller_scales_an_opted_in_deployme
             await ctl.stop()
     lease = await admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{CHART_NS}/leases")
     assert any(item["metadata"]["name"].startswith(f"{CHART_SA}-leader") for item in lease["items"])
+
+
+def test_the_skip_line_says_how_to_get_the_binaries_not_a_machine_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tests.real import controlplane
+
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.setattr(controlplane, "SHARED", tmp_path / "nowhere")
+    reason = controlplane.find_binaries()
+    assert isinstance(reason, str)
+    assert "setup-envtest" in reason and "KUBEBUILDER_ASSETS" in reason
+    assert str(tmp_path) not in reason

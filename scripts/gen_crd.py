@@ -345,6 +345,8 @@ def build_crd() -> dict[str, Any]:
                         _column("Mode", "string", ".spec.mode"),
                         _column("Ready", "string", _condition("Ready")),
                         _column("Active", "string", _condition("Active")),
+                        _column("Metrics", "string", _condition("MetricsAvailable")),
+                        _column("Fallback", "string", _condition("Fallback")),
                         _column("Profile", "string", ".status.profile"),
                         _column("Reason", "string", ".status.lastReason", priority=1),
                         _column("Policy", "string", ".status.policyHash", priority=1),

@@ -42,6 +42,7 @@ from autoscaler.domain import Decision, DecisionState, Forecast, Observation, Ta
 from autoscaler.errors import ActuationError, AutoscalerError, ConflictError
 from autoscaler.logging import get_logger
 from autoscaler.policy.core import decide, initial_state
+from autoscaler.policy.status import metrics_availability
 from autoscaler.store.base import StoredTarget, TargetSpec
 
 log = get_logger(__name__)
@@ -349,6 +350,8 @@ class ControlLoop:
                     **{f"pods_rejected.{r}": float(n) for r, n in reading.rejected.items()},
                 },
             )
+        if holder:
+            await self._report_metrics(spec, view, reading)
         try:  # every tick: the recorder decides what is worth an Event or a status write
             if holder:
                 await self.cluster.record(spec, decision, applied)
@@ -362,6 +365,30 @@ class ControlLoop:
             self.observer.observe_decision(ref, decision)
         self._log_decision(ref, before, decision, applied)
         return decision
+
+    async def _report_metrics(
+        self, spec: TargetSpec, view: TargetView, reading: SignalReading
+    ) -> None:
+        """Whether anything was read (``MetricsAvailable``) to the cluster port's optional
+        ``record_metrics`` (status condition, Warning Event); ports without it keep
+        nothing. The source's kind ("pods" or "prometheus") names what failed."""
+        report = getattr(self.cluster, "record_metrics", None)
+        if not callable(report):
+            return
+        availability = metrics_availability(
+            source=str(getattr(self.signals, "source_kind", "pods")),
+            spec_replicas=view.spec_replicas,
+            pods=len(view.pods),
+            pods_read=reading.pods_read,
+            signals_read=len(reading.signals),
+            errors=reading.errors,
+        )
+        try:
+            await report(spec, availability)
+        except AutoscalerError as err:
+            log.warning(
+                "recording metrics availability failed", target=str(spec.ref), error=str(err)
+            )
 
     def _log_decision(
         self, ref: TargetRef, before: Decision | None, decision: Decision, applied: bool

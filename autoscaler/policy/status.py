@@ -142,3 +142,97 @@ def policy_status(
             {k: v for k, v in document.items() if k != PROFILE_FIELD}, profile
         )
     return PolicyStatus(profile=profile, policy_hash=policy_hash, overrides=overrides)
+
+
+# --- whether the controller can see: MetricsAvailable, Active, Fallback -------------------
+
+METRICS_READ = "MetricsRead"
+NO_PODS = "NoPods"
+SCRAPE_ERRORS = "ScrapeErrors"
+PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
+NO_SIGNALS = "NoSignals"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsAvailability:
+    """The ``MetricsAvailable`` condition of one tick: could any signal be read, and if
+    not, why (the first error as the source reported it)."""
+
+    available: bool
+    reason: str
+    message: str
+
+    @property
+    def status(self) -> str:
+        return "True" if self.available else "False"
+
+
+def metrics_availability(
+    *,
+    source: str,
+    spec_replicas: int,
+    pods: int,
+    pods_read: int | None,
+    signals_read: int,
+    errors: tuple[str, ...],
+) -> MetricsAvailability:
+    """``source``: "pods" (each pod's /metrics) or "prometheus". ``pods``: the ready pods
+    with a metrics endpoint; ``signals_read``: how many signals came back with a value.
+    Blind (False) is when no signal was read at all; some pods unread with signals from
+    the others is available, with the first error in the message."""
+    first = f"; first error: {errors[0]}" if errors else ""
+    if signals_read > 0:
+        read = f"{pods_read} of {pods} pods read" if pods_read is not None else "signals read"
+        extra = f" ({len(errors)} errors{first})" if errors else ""
+        return MetricsAvailability(True, METRICS_READ, read + extra)
+    if source == "prometheus" and errors and pods > 0:
+        return MetricsAvailability(
+            False, PROMETHEUS_UNAVAILABLE, f"Prometheus answered no query{first}"
+        )
+    if pods == 0:
+        return MetricsAvailability(
+            False,
+            NO_PODS,
+            f"no ready pod with a metrics endpoint to read ({spec_replicas} replicas in spec)",
+        )
+    if errors:
+        return MetricsAvailability(
+            False, SCRAPE_ERRORS, f"none of {pods} pods could be read{first}"
+        )
+    return MetricsAvailability(
+        False, NO_SIGNALS, f"{pods} pods read but none exposes the policy's signals"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionFields:
+    """A condition's type, status, reason and message (kube/crd.py's `Condition` is the
+    same shape; policy stays free of the Kubernetes layer)."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+def active_fields(active: bool, metrics: MetricsAvailability | None) -> ConditionFields:
+    """``Active`` as KEDA's ScaledObject reports it, except that a target whose metrics
+    could not be read is ``Unknown`` (reason ``MetricsUnavailable``), never ``Idle``:
+    nothing read is not the same as nothing to do."""
+    if active:
+        return ConditionFields(
+            "Active", "True", "DemandAboveActivation", "at least one metric is active"
+        )
+    if metrics is not None and not metrics.available:
+        return ConditionFields(
+            "Active", "Unknown", "MetricsUnavailable", f"nothing was read: {metrics.message}"
+        )
+    return ConditionFields("Active", "False", "Idle", "no metric above its activation target")
+
+
+def fallback_fields(fallback: bool, message: str) -> ConditionFields:
+    """``Fallback=True`` while the policy's ``fallback.replicas`` drives the count (KEDA's
+    Fallback column), with the decision's message."""
+    if fallback:
+        return ConditionFields("Fallback", "True", "FallbackReplicas", message)
+    return ConditionFields("Fallback", "False", "MetricsDriven", "the count follows the metrics")

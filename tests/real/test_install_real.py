@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from autoscaler.app import Controller
@@ -117,6 +118,34 @@ async def test_the_monitoring_component_is_refused_without_the_operators_crds(
         await admin.apply(monitoring[0])
 
 
+async def _blind_conditions(kube: Kube, target: Obj) -> dict[str, Obj]:
+    for _ in range(100):
+        obj = await kube.read(target)
+        conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+        if conds.get("Fallback", {}).get("status") == "True":
+            return conds
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no Fallback=True condition: {obj.get('status')}")
+
+
+async def _table_row(cp: ControlPlane, target: Obj) -> dict[str, Any]:
+    """``kubectl get llmas``: the server-side Table, columns by name."""
+    meta = target["metadata"]
+    url = f"{cp.url}/apis/{target['apiVersion']}/namespaces/{meta['namespace']}/llmautoscalers"
+    headers = {
+        "Authorization": f"Bearer {cp.tokens['admin']}",
+        "Accept": "application/json;as=Table;v=v1;g=meta.k8s.io",
+    }
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as s,
+        s.get(url, headers=headers) as resp,
+    ):
+        table = await resp.json()
+    names = [c["name"] for c in table["columnDefinitions"]]
+    (row,) = [r for r in table["rows"] if r["cells"][0] == meta["name"]]
+    return dict(zip(names, row["cells"], strict=True))
+
+
 def _chart_settings(objs: list[Obj]) -> Settings:
     """The settings the chart's pods would run with: its ConfigMap and its container env
     (local ports, the test's tick)."""
@@ -179,8 +208,20 @@ async def test_the_chart_installs_and_its_controller_scales_an_opted_in_deployme
                     break
                 await asyncio.sleep(0.2)
             assert got["spec"]["replicas"] == 2, await admin.read(target)
+            conds = await _blind_conditions(admin, target)
         finally:
             await ctl.stop()
+    # Blindness is visible from the real API server: conditions and printer columns.
+    assert conds["MetricsAvailable"]["status"] == "False"
+    assert conds["MetricsAvailable"]["reason"] == "NoPods"
+    assert conds["Active"]["status"] == "Unknown" and conds["Active"]["reason"] != "Idle"
+    assert conds["Fallback"]["status"] == "True"
+    row = await _table_row(bare, target)
+    assert (row["Metrics"], row["Fallback"], row["Active"]) == ("False", "True", "Unknown")
+    events = await admin.get(f"/api/v1/namespaces/{SERVING}/events")
+    warnings = [e for e in events["items"] if e["reason"] == "MetricsUnavailable"]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning"  # once, not per tick
+    assert "NoPods" in warnings[0]["message"]
     lease = await admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{CHART_NS}/leases")
     assert any(item["metadata"]["name"].startswith(f"{CHART_SA}-leader") for item in lease["items"])
 

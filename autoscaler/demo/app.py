@@ -342,7 +342,11 @@ def summarize(result: DemoResult, opts: DemoOptions, fleets: dict[str, Any]) -> 
         "target": f"{opts.namespace}/{opts.name}",
         "duration_s": opts.duration_s,
         "speed": opts.speed,
-        "times": "duration_s is real seconds; every other time is emulated seconds",
+        "times": (
+            "duration_s and every load block (request latencies, TTFT, ITL: measured by the "
+            "load generator's clock) are real seconds; decision, cold-start and node times "
+            "are emulated seconds"
+        ),
         "decisions": len(result.decisions),
         "scale_ups": len(ups),
         "scale_downs": len(downs),

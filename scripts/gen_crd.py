@@ -347,6 +347,7 @@ def build_crd() -> dict[str, Any]:
                         _column("Active", "string", _condition("Active")),
                         _column("Metrics", "string", _condition("MetricsAvailable")),
                         _column("Fallback", "string", _condition("Fallback")),
+                        _column("Paused", "string", _condition("Paused")),
                         _column("Profile", "string", ".status.profile"),
                         _column("Reason", "string", ".status.lastReason", priority=1),
                         _column("Policy", "string", ".status.policyHash", priority=1),

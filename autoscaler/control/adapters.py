@@ -23,6 +23,7 @@ from autoscaler.policy.status import (
     PolicyStatus,
     active_fields,
     fallback_fields,
+    paused_fields,
 )
 from autoscaler.store.base import TargetSpec
 
@@ -227,12 +228,16 @@ class KubeCluster:
             policy,
             generation,
             None if metrics is None else (metrics.available, metrics.reason),
+            spec.pause,
         )
         now = self.clock.now()
         sent = self._status_sent.get(spec.ref)
         if sent is not None and sent[0] == key and now - sent[1] < self.status_every_s:
             return
         conditions = status_conditions(decision, owner, metrics)
+        paused = paused_fields(spec.pause)
+        if paused is not None:
+            conditions = (*conditions, Condition(*_fields(paused)))
         overrides = overrides_condition(policy)
         if overrides is not None:
             conditions = (*conditions, overrides)

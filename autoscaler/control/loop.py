@@ -42,7 +42,7 @@ from autoscaler.domain import Decision, DecisionState, Forecast, Observation, Ta
 from autoscaler.errors import ActuationError, AutoscalerError, ConflictError
 from autoscaler.logging import get_logger
 from autoscaler.policy.core import decide, initial_state
-from autoscaler.policy.status import metrics_availability
+from autoscaler.policy.status import metrics_availability, paused_decision
 from autoscaler.store.base import StoredTarget, TargetSpec
 
 log = get_logger(__name__)
@@ -321,7 +321,7 @@ class ControlLoop:
         prev = self._decision_states.get(ref)
         if prev is None:  # first reconcile here (new target, restart, new leader): HPA's
             prev = initial_state(obs.current_replicas, now)  # initial recommendation
-        decision, new_state = decide(spec.policy, obs, prev, now)
+        decision, new_state = self._decide(spec, obs, prev, now)
 
         # Only the holder of the target's Lease writes anything for it (replicas, warm
         # pool, status, Events); the others decide and publish.
@@ -338,7 +338,8 @@ class ControlLoop:
                 spec, obs, prev, decision, new_state, view
             )
         self._decision_states[ref] = new_state
-        if can_write and spec.policy.warm_pool.enabled and planner is not None:
+        frozen = spec.pause is not None  # a paused target's warm pool is left as it is
+        if can_write and not frozen and spec.policy.warm_pool.enabled and planner is not None:
             await self._size_warm_pool(st, planner, now, decision)
         if planner is not None or reading.rejected:  # one merge: this runs per target per tick
             decision = replace(
@@ -365,6 +366,17 @@ class ControlLoop:
             self.observer.observe_decision(ref, decision)
         self._log_decision(ref, before, decision, applied)
         return decision
+
+    @staticmethod
+    def _decide(
+        spec: TargetSpec, obs: Observation, prev: DecisionState, now: float
+    ) -> tuple[Decision, DecisionState]:
+        """`decide`, then a pause (annotation) overrides the count: no write, or one to the
+        paused replicas. The state still learns from the observation."""
+        decision, state = decide(spec.policy, obs, prev, now)
+        if spec.pause is not None:
+            decision = paused_decision(decision, spec.pause)
+        return decision, state
 
     async def _report_metrics(
         self, spec: TargetSpec, view: TargetView, reading: SignalReading
@@ -463,7 +475,7 @@ class ControlLoop:
                     pending_replicas=view.pending_replicas,
                     capacity_max_replicas=view.capacity_max_replicas,
                 )
-                decision, new_state = decide(spec.policy, obs, prev, obs.t)
+                decision, new_state = self._decide(spec, obs, prev, obs.t)
                 if not decision.changed:
                     return decision, new_state, obs, False
             except ActuationError as err:

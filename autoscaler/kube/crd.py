@@ -1,5 +1,8 @@
 """The LLMAutoscaler custom resource <-> `TargetSpec`, and its status block.
 
+The ``autoscaling.llmscaler.io/paused`` and ``paused-replicas`` annotations (KEDA's pause,
+`autoscaler.policy.status.parse_pause`) become ``TargetSpec.pause``.
+
 Spec = the policy document (camelCase: ``profile`` and the fields set over it,
 `autoscaler.policy.document`) plus ``scaleTargetRef``, ``mode``, ``metricsPort``,
 ``metricsPath``, ``engine`` and an optional ``selector`` (``matchLabels``). The document is
@@ -17,7 +20,7 @@ from autoscaler.domain import Decision, TargetRef
 from autoscaler.errors import ConfigError
 from autoscaler.kube.names import CRD_GROUP, CRD_KIND, CRD_VERSION
 from autoscaler.policy.document import PolicySource, load_source
-from autoscaler.policy.status import PolicyStatus
+from autoscaler.policy.status import PolicyStatus, parse_pause
 from autoscaler.store.base import Mode, ScaleTargetRef, TargetSpec
 
 API_VERSION = f"{CRD_GROUP}/{CRD_VERSION}"
@@ -79,6 +82,8 @@ def object_to_spec(obj: Mapping[str, Any]) -> TargetSpec:
             problems.append("spec.selector.matchLabels: must be a non-empty map when set")
         else:
             labels = {str(k): str(v) for k, v in ml.items()}
+    pause, pause_problems = parse_pause(meta.get("annotations") or {})
+    problems.extend(pause_problems)
     policy_doc = {k: v for k, v in raw.items() if k not in _TARGET_KEYS}
     source: PolicySource | None = None
     try:
@@ -100,6 +105,7 @@ def object_to_spec(obj: Mapping[str, Any]) -> TargetSpec:
         metrics_path=path,
         engine=str(raw.get("engine", "auto")),
         selector=labels,
+        pause=pause,
     )
 
 

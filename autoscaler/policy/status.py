@@ -18,9 +18,10 @@ the profile shares, is never named.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from autoscaler.domain import Decision, Reason
 from autoscaler.policy.document import PROFILE_FIELD, profile_document
 
 # Every `default:` of the policy fields in deploy/base/crd.yaml before profiles
@@ -236,3 +237,74 @@ def fallback_fields(fallback: bool, message: str) -> ConditionFields:
     if fallback:
         return ConditionFields("Fallback", "True", "FallbackReplicas", message)
     return ConditionFields("Fallback", "False", "MetricsDriven", "the count follows the metrics")
+
+
+# --- pause (KEDA's autoscaling.keda.sh/paused and paused-replicas, on our group) ----------
+
+PAUSED_ANNOTATION = "autoscaling.llmscaler.io/paused"
+PAUSED_REPLICAS_ANNOTATION = "autoscaling.llmscaler.io/paused-replicas"
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A paused target: no writes but, with ``replicas``, one to that count. ``None``:
+    frozen at whatever count it has."""
+
+    replicas: int | None = None
+
+
+def parse_pause(annotations: Mapping[str, Any]) -> tuple[Pause | None, list[str]]:
+    """The pause the annotations ask for, and the problems (field, value, rule) of bad
+    values. As KEDA: ``paused-replicas: "N"`` pauses at N (and wins over ``paused``),
+    ``paused: "true"`` at the current count; removing them resumes."""
+    problems: list[str] = []
+    raw_n = annotations.get(PAUSED_REPLICAS_ANNOTATION)
+    raw_flag = annotations.get(PAUSED_ANNOTATION)
+    flag = False
+    if raw_flag is not None:
+        if str(raw_flag).lower() not in ("true", "false"):
+            problems.append(
+                f"metadata.annotations[{PAUSED_ANNOTATION}]: value {raw_flag!r} must be "
+                '"true" or "false"'
+            )
+        flag = str(raw_flag).lower() == "true"
+    if raw_n is not None:
+        text = str(raw_n).strip()
+        if not text.isdigit():
+            problems.append(
+                f"metadata.annotations[{PAUSED_REPLICAS_ANNOTATION}]: value {raw_n!r} must be "
+                "a whole number >= 0"
+            )
+        else:
+            return Pause(int(text)), problems
+    return (Pause() if flag else None), problems
+
+
+def paused_decision(decision: Decision, pause: Pause) -> Decision:
+    """The decision a paused target runs: the pause's count (or the current one), with
+    what the policy would have asked for in the message."""
+    desired = pause.replicas if pause.replicas is not None else decision.current_replicas
+    how = (
+        f"{PAUSED_REPLICAS_ANNOTATION}={pause.replicas}"
+        if pause.replicas is not None
+        else f"{PAUSED_ANNOTATION}=true"
+    )
+    return replace(
+        decision,
+        desired_replicas=desired,
+        reason=Reason.PAUSED,
+        message=(
+            f"paused at {desired} replicas ({how}); the policy asks for "
+            f"{decision.desired_replicas} ({decision.reason}): remove the annotation to resume"
+        ),
+        limits=(),
+        panic=False,
+    )
+
+
+def paused_fields(pause: Pause | None) -> ConditionFields | None:
+    """``Paused=True`` while paused (shown in ``kubectl get``); absent otherwise."""
+    if pause is None:
+        return None
+    at = f"at {pause.replicas} replicas" if pause.replicas is not None else "at its current count"
+    return ConditionFields("Paused", "True", "PausedByAnnotation", f"no writes; held {at}")

@@ -22,7 +22,7 @@ from autoscaler.policy.document import (
     policy_hash,
 )
 from autoscaler.policy.schema import Policy
-from autoscaler.policy.status import PolicyStatus, policy_status
+from autoscaler.policy.status import Pause, PolicyStatus, policy_status
 
 Mode = Literal["direct", "keda", "advisory"]
 
@@ -46,6 +46,9 @@ class TargetSpec:
     metrics_path: str = "/metrics"
     engine: str = "auto"
     selector: dict[str, str] | None = None  # None: the scale target's own selector
+    # The autoscaling.llmscaler.io/paused(-replicas) annotation (policy/status.py): no
+    # writes, or one to the paused count.
+    pause: Pause | None = None
     # The policy document as the user wrote it (profile + overrides), when the spec was
     # read from one; what the stores write back. Not part of equality: ``policy`` is what
     # the target runs.

@@ -19,6 +19,7 @@ import pytest
 
 from autoscaler.app import Controller
 from autoscaler.kube.config import load_api_client
+from autoscaler.policy.status import PAUSED_REPLICAS_ANNOTATION
 from autoscaler.settings import GrpcSettings, HttpSettings, Settings
 from tests.deploy.chart import chart_crds, render_chart
 from tests.deploy.manifests import (
@@ -31,7 +32,7 @@ from tests.deploy.manifests import (
     render,
 )
 from tests.real.controlplane import ControlPlane, find_binaries, service_account_user
-from tests.real.kubectl import Kube, KubeError
+from tests.real.kubectl import MERGE_PATCH, Kube, KubeError
 from tests.real.test_crd_real import llmas
 
 CHART_RELEASE, CHART_NS = "chart", "llm-chart"
@@ -209,15 +210,36 @@ async def test_the_chart_installs_and_its_controller_scales_an_opted_in_deployme
                 await asyncio.sleep(0.2)
             assert got["spec"]["replicas"] == 2, await admin.read(target)
             conds = await _blind_conditions(admin, target)
+            blind_row = await _table_row(bare, target)
+            # Pause at 3 (KEDA's paused-replicas): one write to 3, then nothing.
+            await admin.request(
+                "PATCH",
+                await admin.path_for(target),
+                {"metadata": {"annotations": {PAUSED_REPLICAS_ANNOTATION: "3"}}},
+                content_type=MERGE_PATCH,
+            )
+            for _ in range(150):
+                got = await admin.read(dep)
+                if got["spec"]["replicas"] == 3:
+                    break
+                await asyncio.sleep(0.2)
+            assert got["spec"]["replicas"] == 3, await admin.read(target)
+            for _ in range(100):
+                paused_row = await _table_row(bare, target)
+                if paused_row["Paused"] == "True":
+                    break
+                await asyncio.sleep(0.2)
         finally:
             await ctl.stop()
+    assert paused_row["Paused"] == "True"
+    assert (await admin.read(target))["status"]["lastReason"] == "paused"
     # Blindness is visible from the real API server: conditions and printer columns.
     assert conds["MetricsAvailable"]["status"] == "False"
     assert conds["MetricsAvailable"]["reason"] == "NoPods"
     assert conds["Active"]["status"] == "Unknown" and conds["Active"]["reason"] != "Idle"
     assert conds["Fallback"]["status"] == "True"
-    row = await _table_row(bare, target)
-    assert (row["Metrics"], row["Fallback"], row["Active"]) == ("False", "True", "Unknown")
+    assert (blind_row["Metrics"], blind_row["Fallback"]) == ("False", "True")
+    assert blind_row["Active"] == "Unknown"
     events = await admin.get(f"/api/v1/namespaces/{SERVING}/events")
     warnings = [e for e in events["items"] if e["reason"] == "MetricsUnavailable"]
     assert len(warnings) == 1 and warnings[0]["type"] == "Warning"  # once, not per tick

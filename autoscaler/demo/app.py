@@ -33,7 +33,7 @@ from autoscaler.control.signals import SourceSignals
 from autoscaler.control.state import ControllerState
 from autoscaler.control.tasks import TaskGroup
 from autoscaler.demo.cluster import NodeProvisioner, deployment, node
-from autoscaler.demo.compare import Comparison
+from autoscaler.demo.compare import Comparison, headline
 from autoscaler.demo.fleets import DEMO_POLICY, FleetSpec, fleets
 from autoscaler.demo.runtime import EmulatedClock, EmulatorRuntime
 from autoscaler.demo.view import DemoView
@@ -355,5 +355,6 @@ def summarize(result: DemoResult, opts: DemoOptions, fleets: dict[str, Any]) -> 
         "first_scale_up": ups[0].message if ups else None,
         "first_scale_down": downs[0].message if downs else None,
         "load": load.get("ours"),
+        "headline": headline(fleets),
         "fleets": fleets,
     }

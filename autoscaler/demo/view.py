@@ -85,7 +85,7 @@ class DemoView:
             heads = [f"{'t_s':>5}"] + [
                 f"{c:>{w}}" for _ in self.titles for c, w in zip(FLEET_COLUMNS, WIDTHS, strict=True)
             ]
-            print(_fit(" ".join(heads) + "  reason (ours)"), file=self.out)
+            print(" ".join(heads), file=self.out)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -131,6 +131,10 @@ class DemoView:
         if self._live is not None:
             self._live.update(self._table())
         else:
+            # The reason on a line of its own when it changes: rows stay within 80
+            # columns and the reason is never cut.
+            if len(self.rows) == 1 or self.rows[-2][-1] != r[-1]:
+                print(_fit(f"{'':5} ours: {r[-1]}"), file=self.out)
             widths = (5, *(w for _ in self.titles for w in WIDTHS))
             cells = " ".join(f"{c:>{w}}" for c, w in zip(r[:-1], widths, strict=True))
-            print(_fit(f"{cells}  {r[-1]}"), file=self.out, flush=True)
+            print(cells, file=self.out, flush=True)

@@ -34,9 +34,15 @@ def test_live_table_fits_80_columns_with_every_number_whole() -> None:
 
 def test_headless_lines_fit_80_columns_with_every_number_whole() -> None:
     out = io.StringIO()
+    cold = FleetSample(1, 0, 4, 0, None, "hold-missing-data", None, None)
     with DemoView(out, False, titles=TITLES, cold_start_s=60) as view:
+        view.update(0.0, {"ours": cold, "keda": cold})
+        view.update(1.0, {"ours": cold, "keda": cold})  # same reason: not repeated
         view.update(4.0, SAMPLES)
     lines = out.getvalue().splitlines()
-    assert len(lines) == 3 and max(len(line) for line in lines) <= COLUMNS
-    assert all(n in lines[-1] for n in NUMBERS) and lines[-1].endswith("…")
+    assert max(len(line) for line in lines) <= COLUMNS
     assert lines[0].split() == ["ours", "keda"] and "ttft95" in lines[1]
+    reasons = [line.strip() for line in lines if "ours:" in line]
+    assert reasons[0] == "ours: waiting for the first replica: cold start 60 s"  # whole
+    assert len(reasons) == 2 and reasons[1].endswith("…")  # only the long one is cut
+    assert all(n in lines[-1] for n in NUMBERS)

@@ -25,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="llm-autoscaler",
         description="Autoscaler controller for LLM inference servers on Kubernetes.",
     )
+    from autoscaler import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--log-format", choices=["auto", "json", "console"], default=None)
     parser.add_argument("--log-level", default=None)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -103,6 +103,7 @@ class Reason(StrEnum):
     MAX_REPLICAS = "max-replicas"
     MIN_REPLICAS = "min-replicas"
     CAPACITY_LIMITED = "capacity-limited"
+    PAUSED = "paused"  # the autoscaling.llmscaler.io/paused(-replicas) annotation
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from autoscaler.policy.document import (
     policy_hash,
 )
 from autoscaler.policy.schema import Policy
-from autoscaler.policy.status import PolicyStatus, policy_status
+from autoscaler.policy.status import Pause, PolicyStatus, parse_pause, policy_status
 
 Mode = Literal["direct", "keda", "advisory"]
 
@@ -62,6 +62,9 @@ class TargetSpec:
     metrics_path: str = "/metrics"
     engine: str = "auto"
     selector: dict[str, str] | None = None  # None: the scale target's own selector
+    # The autoscaling.llmscaler.io/paused(-replicas) annotation (policy/status.py): no
+    # writes, or one to the paused count.
+    pause: Pause | None = None
     # The policy document as the user wrote it (profile + overrides), when the spec was
     # read from one; what the stores write back. Not part of equality: ``policy`` is what
     # the target runs.
@@ -329,6 +332,8 @@ def object_to_spec(obj: Mapping[str, Any]) -> TargetSpec:
             problems.extend(bad)
         else:
             labels = {str(k): str(v) for k, v in ml.items()}
+    pause, pause_problems = parse_pause(meta.get("annotations") or {})
+    problems.extend(pause_problems)
     policy_doc = {k: v for k, v in raw.items() if k not in _TARGET_KEYS}
     source: PolicySource | None = None
     try:
@@ -350,4 +355,5 @@ def object_to_spec(obj: Mapping[str, Any]) -> TargetSpec:
         metrics_path=path,
         engine=str(raw.get("engine", "auto")),
         selector=labels,
+        pause=pause,
     )

@@ -108,11 +108,12 @@ def _log_to_file(path: Path, level: str | None) -> Any:
 
 
 def _summary_line(s: dict[str, Any], path: Path, log_file: Path) -> str:
-    lines = [
-        f"summary: {s['decisions']} decisions, {s['scale_ups']} scale-ups, "
+    lines = [f"summary: {s['headline']}"] if s.get("headline") else []
+    lines.append(
+        f"{s['decisions']} decisions, {s['scale_ups']} scale-ups, "
         f"{s['scale_downs']} scale-downs, max {s['max_replicas']} replicas "
         "(times below are emulated seconds)"
-    ]
+    )
     for key, f in s["fleets"].items():
         load = f.get("load") or {}
         lines.append(

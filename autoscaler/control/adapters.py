@@ -9,14 +9,21 @@ from typing import Any, Protocol
 
 from autoscaler.control.clock import Clock, MonotonicClock
 from autoscaler.control.ports import TargetView
-from autoscaler.domain import Decision, Forecast, TargetRef
+from autoscaler.domain import Decision, Forecast, Reason, TargetRef
 from autoscaler.errors import AutoscalerError, PermanentError
 from autoscaler.forecast.planner import Planner, PlannerConfig
 from autoscaler.kube.cache import ClusterCache, spec_selector
+from autoscaler.kube.events import EventLimiter
 from autoscaler.kube.scale import ScaleClient, ScaleInfo, WorkloadRecord
 from autoscaler.logging import get_logger
 from autoscaler.metrics.source import PodEndpoint
-from autoscaler.policy.status import PolicyStatus
+from autoscaler.policy.status import (
+    MetricsAvailability,
+    PolicyStatus,
+    active_fields,
+    fallback_fields,
+    paused_fields,
+)
 from autoscaler.target import TargetSpec
 from autoscaler.target_status import Condition, overrides_condition
 
@@ -75,6 +82,7 @@ class KubeCluster:
         clock: Clock | None = None,
         ownership_check_s: float = 30.0,
         status_every_s: float = 300.0,
+        blind_event_every_s: float = 300.0,
     ) -> None:
         self.api = api
         self._own_cache = cache is None
@@ -97,6 +105,8 @@ class KubeCluster:
         self._written: dict[TargetRef, tuple[str, ScaleInfo]] = {}
         self.api_reads = 0  # scale GETs made instead of reading the cache
         self._view_of: dict[TargetRef, tuple[str, str, int, str]] = {}
+        self._metrics: dict[TargetRef, MetricsAvailability] = {}
+        self._blind_events = EventLimiter(blind_event_every_s)
 
     async def _owners_in(self, namespace: str) -> Mapping[tuple[str, str], str]:
         """``{(kind, name): who}`` for ``namespace``: one list per namespace per period,
@@ -209,6 +219,7 @@ class KubeCluster:
         owner = self._owner.get(spec.ref)
         policy = self._policy_of(spec)
         generation = self.status.generation_of(spec.ref)
+        metrics = self._metrics.get(spec.ref)
         key = (
             decision.current_replicas,
             decision.desired_replicas,
@@ -216,12 +227,17 @@ class KubeCluster:
             owner,
             policy,
             generation,
+            None if metrics is None else (metrics.available, metrics.reason),
+            spec.pause,
         )
         now = self.clock.now()
         sent = self._status_sent.get(spec.ref)
         if sent is not None and sent[0] == key and now - sent[1] < self.status_every_s:
             return
-        conditions = status_conditions(decision, owner)
+        conditions = status_conditions(decision, owner, metrics)
+        paused = paused_fields(spec.pause)
+        if paused is not None:
+            conditions = (*conditions, Condition(*_fields(paused)))
         overrides = overrides_condition(policy)
         if overrides is not None:
             conditions = (*conditions, overrides)
@@ -237,6 +253,28 @@ class KubeCluster:
             log.warning("status write failed", target=str(spec.ref), error=str(err))
             return
         self._status_sent[spec.ref] = (key, now)
+
+    async def record_metrics(self, spec: TargetSpec, availability: MetricsAvailability) -> None:
+        """This tick's ``MetricsAvailable`` (written with the next status) and, while blind,
+        a Warning Event ``MetricsUnavailable`` on the target: when the reason changes, else
+        once every ``blind_event_every_s``; a Normal ``MetricsAvailable`` when sight returns."""
+        before = self._metrics.get(spec.ref)
+        self._metrics[spec.ref] = availability
+        emit = getattr(self.recorder, "emit", None)
+        if not callable(emit):
+            return
+        if not availability.available:
+            if self._blind_events.allow(spec.ref, availability.reason, self.clock.now()):
+                await emit(
+                    spec,
+                    "MetricsUnavailable",
+                    f"{availability.reason}: {availability.message}; replicas are held "
+                    "(missing data is never read as zero) unless a fallback is set",
+                    warning=True,
+                )
+        elif before is not None and not before.available:
+            self._blind_events.reset(spec.ref)
+            await emit(spec, "MetricsAvailable", availability.message, warning=False)
 
     def _policy_of(self, spec: TargetSpec) -> PolicyStatus:
         """``spec.policy_status()``, computed once per spec object (a new spec is a new
@@ -262,6 +300,8 @@ class KubeCluster:
         self._owner.pop(ref, None)
         self._written.pop(ref, None)
         self._reread.discard(ref)
+        self._metrics.pop(ref, None)
+        self._blind_events.reset(ref)
 
     async def close(self) -> None:
         for task in list(self._owners_inflight.values()):
@@ -270,25 +310,39 @@ class KubeCluster:
             await self.cache.stop()
 
 
-def status_conditions(decision: Decision, owner: str | None) -> tuple[Condition, ...]:
+def status_conditions(
+    decision: Decision, owner: str | None, metrics: MetricsAvailability | None = None
+) -> tuple[Condition, ...]:
     """Ready (the spec is valid and the target ours), Active (demand above the activation
-    targets, as KEDA's ScaledObject reports it) and Actuating (the decision is applied)."""
-    active = (
-        Condition("Active", "True", "DemandAboveActivation", "at least one metric is active")
-        if decision.active
-        else Condition("Active", "False", "Idle", "no metric above its activation target")
-    )
+    targets, as KEDA's ScaledObject reports it; Unknown, never Idle, when nothing was
+    read), Actuating (the decision is applied), and with ``metrics``: MetricsAvailable
+    (could any signal be read, else why) and Fallback (``fallback.replicas`` drives the
+    count)."""
+    active = Condition(*_fields(active_fields(decision.active, metrics)))
+    seen: tuple[Condition, ...] = ()
+    if metrics is not None:
+        fallback = fallback_fields(decision.reason == Reason.FALLBACK, decision.message)
+        seen = (
+            Condition("MetricsAvailable", metrics.status, metrics.reason, metrics.message),
+            Condition(*_fields(fallback)),
+        )
     if owner:
         return (
             Condition("Ready", "False", "OwnedByOtherAutoscaler", owner),
             active,
             Condition("Actuating", "False", "OwnedByOtherAutoscaler", owner),
+            *seen,
         )
     return (
         Condition("Ready", "True", "Reconciled", "spec valid; target reconciled"),
         active,
         Condition("Actuating", "True", "Reconciled", decision.message),
+        *seen,
     )
+
+
+def _fields(c: Any) -> tuple[str, str, str, str]:
+    return (c.type, c.status, c.reason, c.message)
 
 
 class PlannerAdapter:

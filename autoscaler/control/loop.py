@@ -51,6 +51,7 @@ from autoscaler.domain import Decision, DecisionState, Forecast, Observation, Ta
 from autoscaler.errors import ActuationError, AutoscalerError, ConflictError
 from autoscaler.logging import get_logger
 from autoscaler.policy.core import decide, initial_state
+from autoscaler.policy.status import metrics_availability, paused_decision
 from autoscaler.store.base import StoredTarget
 from autoscaler.target import TargetSpec
 
@@ -376,7 +377,7 @@ class ControlLoop:
         prev = self._decision_states.get(ref)
         if prev is None:  # first reconcile here (new target, restart, new leader): HPA's
             prev = initial_state(obs.current_replicas, now)  # initial recommendation
-        decision, new_state = decide(spec.policy, obs, prev, now)
+        decision, new_state = self._decide(spec, obs, prev, now)
 
         # Only the holder of the target's Lease writes anything for it (replicas, warm
         # pool, status, Events); the others decide and publish.
@@ -393,7 +394,8 @@ class ControlLoop:
                 spec, obs, prev, decision, new_state, view
             )
         self._decision_states[ref] = new_state
-        if can_write and spec.policy.warm_pool.enabled and planner is not None:
+        frozen = spec.pause is not None  # a paused target's warm pool is left as it is
+        if can_write and not frozen and spec.policy.warm_pool.enabled and planner is not None:
             await self._size_warm_pool(st, planner, now, decision)
         if planner is not None or reading.rejected:  # one merge: this runs per target per tick
             decision = replace(
@@ -405,6 +407,8 @@ class ControlLoop:
                     **{f"pods_rejected.{r}": float(n) for r, n in reading.rejected.items()},
                 },
             )
+        if holder:
+            await self._report_metrics(spec, view, reading)
         try:  # every tick: the recorder decides what is worth an Event or a status write
             if holder:
                 await self.cluster.record(spec, decision, applied)
@@ -418,6 +422,41 @@ class ControlLoop:
             self.observer.observe_decision(ref, decision)
         self._log_decision(ref, before, decision, applied)
         return decision
+
+    @staticmethod
+    def _decide(
+        spec: TargetSpec, obs: Observation, prev: DecisionState, now: float
+    ) -> tuple[Decision, DecisionState]:
+        """`decide`, then a pause (annotation) overrides the count: no write, or one to the
+        paused replicas. The state still learns from the observation."""
+        decision, state = decide(spec.policy, obs, prev, now)
+        if spec.pause is not None:
+            decision = paused_decision(decision, spec.pause)
+        return decision, state
+
+    async def _report_metrics(
+        self, spec: TargetSpec, view: TargetView, reading: SignalReading
+    ) -> None:
+        """Whether anything was read (``MetricsAvailable``) to the cluster port's optional
+        ``record_metrics`` (status condition, Warning Event); ports without it keep
+        nothing. The source's kind ("pods" or "prometheus") names what failed."""
+        report = getattr(self.cluster, "record_metrics", None)
+        if not callable(report):
+            return
+        availability = metrics_availability(
+            source=str(getattr(self.signals, "source_kind", "pods")),
+            spec_replicas=view.spec_replicas,
+            pods=len(view.pods),
+            pods_read=reading.pods_read,
+            signals_read=len(reading.signals),
+            errors=reading.errors,
+        )
+        try:
+            await report(spec, availability)
+        except AutoscalerError as err:
+            log.warning(
+                "recording metrics availability failed", target=str(spec.ref), error=str(err)
+            )
 
     def _log_decision(
         self, ref: TargetRef, before: Decision | None, decision: Decision, applied: bool
@@ -492,7 +531,7 @@ class ControlLoop:
                     pending_replicas=view.pending_replicas,
                     capacity_max_replicas=view.capacity_max_replicas,
                 )
-                decision, new_state = decide(spec.policy, obs, prev, obs.t)
+                decision, new_state = self._decide(spec, obs, prev, obs.t)
                 if not decision.changed:
                     return decision, new_state, obs, False
             except ActuationError as err:

@@ -14,6 +14,13 @@ class SourceSignals:
     def __init__(self, source: MetricSource) -> None:
         self.source = source
 
+    @property
+    def source_kind(self) -> str:
+        """ "prometheus" or "pods": what a blind target's condition names as the cause."""
+        from autoscaler.metrics.prometheus import PrometheusSource
+
+        return "prometheus" if isinstance(self.source, PrometheusSource) else "pods"
+
     async def read(self, spec: TargetSpec, view: TargetView, now: float) -> SignalReading:
         reading = await self.source.read(str(spec.ref), view.pods, now)
         return SignalReading(

@@ -34,7 +34,7 @@ from autoscaler.control.signals import SourceSignals
 from autoscaler.control.state import ControllerState
 from autoscaler.control.tasks import TaskGroup
 from autoscaler.demo.cluster import NodeProvisioner, deployment, node
-from autoscaler.demo.compare import Comparison
+from autoscaler.demo.compare import Comparison, headline
 from autoscaler.demo.fleets import DEMO_POLICY, FleetSpec, fleets
 from autoscaler.demo.runtime import EmulatedClock, EmulatorRuntime
 from autoscaler.demo.view import DemoView
@@ -382,7 +382,11 @@ def summarize(result: DemoResult, opts: DemoOptions, fleets: dict[str, Any]) -> 
         "target": f"{opts.namespace}/{opts.name}",
         "duration_s": opts.duration_s,
         "speed": opts.speed,
-        "times": "duration_s is real seconds; every other time is emulated seconds",
+        "times": (
+            "duration_s and every load block (request latencies, TTFT, ITL: measured by the "
+            "load generator's clock) are real seconds; decision, cold-start and node times "
+            "are emulated seconds"
+        ),
         "decisions": len(result.decisions),
         "scale_ups": len(ups),
         "scale_downs": len(downs),
@@ -391,5 +395,6 @@ def summarize(result: DemoResult, opts: DemoOptions, fleets: dict[str, Any]) -> 
         "first_scale_up": ups[0].message if ups else None,
         "first_scale_down": downs[0].message if downs else None,
         "load": load.get("ours"),
+        "headline": headline(fleets),
         "fleets": fleets,
     }

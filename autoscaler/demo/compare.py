@@ -23,6 +23,7 @@ from autoscaler.emulator.loadgen import RequestResult
 from autoscaler.kube.localapi.server import LocalKubeAPI
 
 TTFT_WINDOW_S = 30.0  # emulated
+SLO_TTFT_S = 0.5  # emulated; the simulator's default TTFT SLO (docs/simulator.md)
 SAMPLES = 900
 
 
@@ -138,5 +139,36 @@ class Comparison:
                 "ttft_p50_s": round(float(np.quantile(ttft, 0.5)), 3) if ttft else None,
                 "ttft_p95_s": round(float(np.quantile(ttft, 0.95)), 3) if ttft else None,
                 "outcomes": dict(self.outcomes.get(f.key, {})),
+                "slo_ttft_s": SLO_TTFT_S,
+                "slo_attainment": slo_attainment(
+                    ttft, self.outcomes.get(f.key, {}).get("failed", 0)
+                ),
             }
         return out
+
+
+def slo_attainment(ttfts_s: list[float], failed: int, slo_s: float = SLO_TTFT_S) -> float | None:
+    """Share of requests whose first token came within ``slo_s``; a failed request is a
+    miss. None when no request ended."""
+    total = len(ttfts_s) + failed
+    if total == 0:
+        return None
+    return round(sum(1 for t in ttfts_s if t <= slo_s) / total, 4)
+
+
+def headline(fleets: dict[str, dict[str, Any]]) -> str | None:
+    """One line: each fleet's TTFT-SLO attainment and GPU-hours, and ours against KEDA's."""
+    ours, keda = fleets.get("ours"), fleets.get("keda")
+    if not ours or not keda or ours.get("slo_attainment") is None:
+        return None
+    if keda.get("slo_attainment") is None or not keda.get("gpu_seconds"):
+        return None
+    slo = ours["slo_ttft_s"]
+    gpu_ratio = ours["gpu_seconds"] / keda["gpu_seconds"]
+    points = 100 * (ours["slo_attainment"] - keda["slo_attainment"])
+    return (
+        f"TTFT <= {slo:g} s: ours {100 * ours['slo_attainment']:.1f}% on "
+        f"{ours['gpu_seconds'] / 3600:.2f} GPU-h, keda {100 * keda['slo_attainment']:.1f}% on "
+        f"{keda['gpu_seconds'] / 3600:.2f} GPU-h: ours at {gpu_ratio:.2f}x the GPU-hours, "
+        f"{points:+.1f} points"
+    )

@@ -19,7 +19,7 @@ from autoscaler.sim.policies import keda_seed_policy
 # user would run in production: windows, cooldowns and cold starts in real-world seconds.
 DEMO_POLICY: dict[str, Any] = {
     "minReplicaCount": 1,
-    "maxReplicaCount": 8,
+    "maxReplicaCount": 16,  # the KEDA fleet's (keda_seed_policy): equal limits
     "cooldownPeriod": 300,
     "pollingInterval": 1,
     "metrics": [
@@ -46,7 +46,7 @@ DEMO_POLICY: dict[str, Any] = {
     # skips node provisioning, the pool's Deployment re-creates them on a new node. Four
     # during forecast peaks cost more GPUs than they saved TTFT in trial runs of this demo.
     "warmPool": {"enabled": True, "minReplicas": 2, "maxReplicas": 2, "leadTimeSeconds": 180},
-    "capacity": {"provisionableReplicas": 8},
+    "capacity": {"provisionableReplicas": 16},
 }
 
 

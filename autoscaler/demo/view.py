@@ -20,6 +20,12 @@ from autoscaler.demo.compare import FleetSample
 # waiting requests, client TTFT p95 (emulated s).
 FLEET_COLUMNS = ("rep", "rdy", "gpu", "queue", "ttft95")
 WIDTHS = (4, 4, 4, 5, 6)  # at least the fleet key ("ours", "keda") above each
+COLUMNS = 80  # both views fit a default terminal: the reason is cut, never a number
+
+
+def _fit(line: str) -> str:
+    """A headless line cut to `COLUMNS` (only the trailing reason text is ever long)."""
+    return line if len(line) <= COLUMNS else line[: COLUMNS - 1] + "…"
 
 
 def _fmt(value: float | int | None, spec: str) -> str:
@@ -59,6 +65,8 @@ class DemoView:
     ) -> None:
         self.out = out
         self.console = Console(file=out)
+        if self.console.width > COLUMNS and not self.console.is_terminal:
+            self.console.width = COLUMNS
         self.live = live and self.console.is_terminal
         self.titles = titles
         self.cold_start_s = cold_start_s
@@ -71,9 +79,13 @@ class DemoView:
         if self.live:
             self._live = Live(self._table(), console=self.console, refresh_per_second=2)
             self._live.__enter__()
-        else:
-            heads = ["t_s"] + [f"{k}:{c}" for k in self.titles for c in FLEET_COLUMNS]
-            print(" ".join(f"{h:>10}" for h in heads) + "  reason (ours)", file=self.out)
+        else:  # two header lines, as the table: the fleet over its columns
+            fleets = [" " * 5] + [f"{k:<{sum(WIDTHS) + len(WIDTHS) - 1}}" for k in self.titles]
+            print(" ".join(fleets).rstrip(), file=self.out)
+            heads = [f"{'t_s':>5}"] + [
+                f"{c:>{w}}" for _ in self.titles for c, w in zip(FLEET_COLUMNS, WIDTHS, strict=True)
+            ]
+            print(" ".join(heads), file=self.out)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -82,9 +94,9 @@ class DemoView:
 
     def _table(self) -> Table:
         table = Table(
-            title="llm-autoscaler demo: same load, two fleets (t_s: emulated seconds)",
+            title="llm-autoscaler demo: same load, two fleets (t_s: emulated s)",
             box=box.SIMPLE_HEAD,
-            padding=(0, 1),
+            padding=(0, 0),  # the box's space between columns is the gap: 80 columns fit
             expand=False,
         )
         table.add_column("t_s", justify="right", min_width=5, no_wrap=True)
@@ -94,10 +106,18 @@ class DemoView:
                 table.add_column(
                     f"{key}\n{c}", justify="right", min_width=width, no_wrap=True, style=style
                 )
-        table.add_column("\nreason (ours)", justify="left", no_wrap=True, overflow="ellipsis")
+        # t_s, 5 columns per fleet and a space around each: what is left of 80 columns
+        used = 5 + len(self.titles) * sum(WIDTHS) + 2 + len(self.titles) * len(WIDTHS) + 1
+        table.add_column(
+            "\nreason (ours)",
+            justify="left",
+            no_wrap=True,
+            overflow="ellipsis",
+            max_width=max(COLUMNS - used - 1, 8),
+        )
         for r in self.rows[-self.keep_rows :]:
             table.add_row(*r)
-        legend = "; ".join(f"{k} = {t}" for k, t in self.titles.items())
+        legend = "\n".join(f"{k} = {t}" for k, t in self.titles.items())
         table.caption = f"{legend}\n{self.caption}" if self.caption else legend
         return table
 
@@ -111,4 +131,10 @@ class DemoView:
         if self._live is not None:
             self._live.update(self._table())
         else:
-            print(" ".join(f"{c:>10}" for c in r[:-1]) + f"  {r[-1]}", file=self.out, flush=True)
+            # The reason on a line of its own when it changes: rows stay within 80
+            # columns and the reason is never cut.
+            if len(self.rows) == 1 or self.rows[-2][-1] != r[-1]:
+                print(_fit(f"{'':5} ours: {r[-1]}"), file=self.out)
+            widths = (5, *(w for _ in self.titles for w in WIDTHS))
+            cells = " ".join(f"{c:>{w}}" for c, w in zip(r[:-1], widths, strict=True))
+            print(cells, file=self.out, flush=True)

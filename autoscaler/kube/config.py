@@ -75,7 +75,15 @@ async def load_api_client(kubeconfig: str | None = None, context: str | None = N
         except kconfig.ConfigException as err:
             raise ConfigError(f"in-cluster config: {err}") from None
         return _ControllerApiClient(cfg)
-    path = path or str(Path.home() / ".kube" / "config")
+    if path is None:
+        default = Path.home() / ".kube" / "config"
+        if not default.exists():
+            raise ConfigError(
+                f"no kubeconfig and not in a cluster: KUBECONFIG is unset, {default} does not "
+                "exist and KUBERNETES_SERVICE_HOST is unset; pass --kubeconfig PATH, set "
+                "KUBECONFIG, or run the controller in a pod"
+            )
+        path = str(default)
     try:
         await kconfig.load_kube_config(config_file=path, context=context, client_configuration=cfg)
     except (kconfig.ConfigException, OSError) as err:

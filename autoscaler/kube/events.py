@@ -35,6 +35,27 @@ def _micro(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
 
 
+class EventLimiter:
+    """Deduplicates and rate-limits one kind of Event per key: allowed when the key's
+    reason changes, else at most once every ``interval_s`` (a blind target would otherwise
+    post the same Warning every tick). ``now`` is passed in: no clock here."""
+
+    def __init__(self, interval_s: float = 300.0) -> None:
+        self.interval_s = interval_s
+        self._last: dict[object, tuple[str, float]] = {}
+
+    def allow(self, key: object, reason: str, now: float) -> bool:
+        last = self._last.get(key)
+        if last is not None and last[0] == reason and now - last[1] < self.interval_s:
+            return False
+        self._last[key] = (reason, now)
+        return True
+
+    def reset(self, key: object) -> None:
+        """The condition cleared: the next occurrence is news again."""
+        self._last.pop(key, None)
+
+
 def event_reason(decision: Decision) -> str:
     """CamelCase event reason, as Kubernetes components use (``ScaledUp``...)."""
     if decision.desired_replicas > decision.current_replicas:

@@ -18,9 +18,10 @@ the profile shares, is never named.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from autoscaler.domain import Decision, Reason
 from autoscaler.policy.document import PROFILE_FIELD, profile_document
 
 # Every `default:` of the policy fields in deploy/base/crd.yaml before profiles
@@ -142,3 +143,168 @@ def policy_status(
             {k: v for k, v in document.items() if k != PROFILE_FIELD}, profile
         )
     return PolicyStatus(profile=profile, policy_hash=policy_hash, overrides=overrides)
+
+
+# --- whether the controller can see: MetricsAvailable, Active, Fallback -------------------
+
+METRICS_READ = "MetricsRead"
+NO_PODS = "NoPods"
+SCRAPE_ERRORS = "ScrapeErrors"
+PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
+NO_SIGNALS = "NoSignals"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsAvailability:
+    """The ``MetricsAvailable`` condition of one tick: could any signal be read, and if
+    not, why (the first error as the source reported it)."""
+
+    available: bool
+    reason: str
+    message: str
+
+    @property
+    def status(self) -> str:
+        return "True" if self.available else "False"
+
+
+def metrics_availability(
+    *,
+    source: str,
+    spec_replicas: int,
+    pods: int,
+    pods_read: int | None,
+    signals_read: int,
+    errors: tuple[str, ...],
+) -> MetricsAvailability:
+    """``source``: "pods" (each pod's /metrics) or "prometheus". ``pods``: the ready pods
+    with a metrics endpoint; ``signals_read``: how many signals came back with a value.
+    Blind (False) is when no signal was read at all; some pods unread with signals from
+    the others is available, with the first error in the message."""
+    first = f"; first error: {errors[0]}" if errors else ""
+    if signals_read > 0:
+        read = f"{pods_read} of {pods} pods read" if pods_read is not None else "signals read"
+        extra = f" ({len(errors)} errors{first})" if errors else ""
+        return MetricsAvailability(True, METRICS_READ, read + extra)
+    if source == "prometheus" and errors and pods > 0:
+        return MetricsAvailability(
+            False, PROMETHEUS_UNAVAILABLE, f"Prometheus answered no query{first}"
+        )
+    if pods == 0:
+        return MetricsAvailability(
+            False,
+            NO_PODS,
+            f"no ready pod with a metrics endpoint to read ({spec_replicas} replicas in spec)",
+        )
+    if errors:
+        return MetricsAvailability(
+            False, SCRAPE_ERRORS, f"none of {pods} pods could be read{first}"
+        )
+    return MetricsAvailability(
+        False, NO_SIGNALS, f"{pods} pods read but none exposes the policy's signals"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionFields:
+    """A condition's type, status, reason and message (target_status.py's `Condition` is the
+    same shape; policy stays free of the Kubernetes layer)."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+def active_fields(active: bool, metrics: MetricsAvailability | None) -> ConditionFields:
+    """``Active`` as KEDA's ScaledObject reports it, except that a target whose metrics
+    could not be read is ``Unknown`` (reason ``MetricsUnavailable``), never ``Idle``:
+    nothing read is not the same as nothing to do."""
+    if active:
+        return ConditionFields(
+            "Active", "True", "DemandAboveActivation", "at least one metric is active"
+        )
+    if metrics is not None and not metrics.available:
+        return ConditionFields(
+            "Active", "Unknown", "MetricsUnavailable", f"nothing was read: {metrics.message}"
+        )
+    return ConditionFields("Active", "False", "Idle", "no metric above its activation target")
+
+
+def fallback_fields(fallback: bool, message: str) -> ConditionFields:
+    """``Fallback=True`` while the policy's ``fallback.replicas`` drives the count (KEDA's
+    Fallback column), with the decision's message."""
+    if fallback:
+        return ConditionFields("Fallback", "True", "FallbackReplicas", message)
+    return ConditionFields("Fallback", "False", "MetricsDriven", "the count follows the metrics")
+
+
+# --- pause (KEDA's autoscaling.keda.sh/paused and paused-replicas, on our group) ----------
+
+PAUSED_ANNOTATION = "autoscaling.llmscaler.io/paused"
+PAUSED_REPLICAS_ANNOTATION = "autoscaling.llmscaler.io/paused-replicas"
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A paused target: no writes but, with ``replicas``, one to that count. ``None``:
+    frozen at whatever count it has."""
+
+    replicas: int | None = None
+
+
+def parse_pause(annotations: Mapping[str, Any]) -> tuple[Pause | None, list[str]]:
+    """The pause the annotations ask for, and the problems (field, value, rule) of bad
+    values. As KEDA: ``paused-replicas: "N"`` pauses at N (and wins over ``paused``),
+    ``paused: "true"`` at the current count; removing them resumes."""
+    problems: list[str] = []
+    raw_n = annotations.get(PAUSED_REPLICAS_ANNOTATION)
+    raw_flag = annotations.get(PAUSED_ANNOTATION)
+    flag = False
+    if raw_flag is not None:
+        if str(raw_flag).lower() not in ("true", "false"):
+            problems.append(
+                f"metadata.annotations[{PAUSED_ANNOTATION}]: value {raw_flag!r} must be "
+                '"true" or "false"'
+            )
+        flag = str(raw_flag).lower() == "true"
+    if raw_n is not None:
+        text = str(raw_n).strip()
+        if not text.isdigit():
+            problems.append(
+                f"metadata.annotations[{PAUSED_REPLICAS_ANNOTATION}]: value {raw_n!r} must be "
+                "a whole number >= 0"
+            )
+        else:
+            return Pause(int(text)), problems
+    return (Pause() if flag else None), problems
+
+
+def paused_decision(decision: Decision, pause: Pause) -> Decision:
+    """The decision a paused target runs: the pause's count (or the current one), with
+    what the policy would have asked for in the message."""
+    desired = pause.replicas if pause.replicas is not None else decision.current_replicas
+    how = (
+        f"{PAUSED_REPLICAS_ANNOTATION}={pause.replicas}"
+        if pause.replicas is not None
+        else f"{PAUSED_ANNOTATION}=true"
+    )
+    return replace(
+        decision,
+        desired_replicas=desired,
+        reason=Reason.PAUSED,
+        message=(
+            f"paused at {desired} replicas ({how}); the policy asks for "
+            f"{decision.desired_replicas} ({decision.reason}): remove the annotation to resume"
+        ),
+        limits=(),
+        panic=False,
+    )
+
+
+def paused_fields(pause: Pause | None) -> ConditionFields | None:
+    """``Paused=True`` while paused (shown in ``kubectl get``); absent otherwise."""
+    if pause is None:
+        return None
+    at = f"at {pause.replicas} replicas" if pause.replicas is not None else "at its current count"
+    return ConditionFields("Paused", "True", "PausedByAnnotation", f"no writes; held {at}")

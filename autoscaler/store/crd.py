@@ -32,7 +32,7 @@ from autoscaler.domain import Decision, TargetRef
 from autoscaler.errors import AutoscalerError, ConfigError, PermanentError, TemporaryError
 from autoscaler.logging import get_logger
 from autoscaler.names import CRD_GROUP, CRD_PLURAL, CRD_VERSION
-from autoscaler.policy.status import PolicyStatus
+from autoscaler.policy.status import PAUSED_ANNOTATION, PolicyStatus
 from autoscaler.retry import (
     RetryPolicy,
     Sleep,
@@ -90,6 +90,15 @@ def cluster_error(
 
 def _rfc3339(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+PAUSE_PREFIX = PAUSED_ANNOTATION  # .../paused and .../paused-replicas: part of the spec
+
+
+def _pause_annotations(obj: dict[str, Any]) -> dict[str, Any]:
+    """The annotations that are part of a target (pause), unlike every other one."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return {k: v for k, v in annotations.items() if k.startswith(PAUSE_PREFIX)}
 
 
 def _digest(spec: Any) -> bytes:
@@ -151,7 +160,8 @@ class CrdPolicyStore:
     def _spec_of(self, ref: TargetRef, obj: dict[str, Any]) -> TargetSpec:
         """`object_to_spec`, validated once per distinct spec (a fleet re-validating every
         object on every status write costs targets x targets per round of writes)."""
-        digest = _digest(obj.get("spec"))
+        pause = _pause_annotations(obj)
+        digest = _digest([obj.get("spec"), pause] if pause else obj.get("spec"))
         cached = self._parsed.get(ref)
         if cached is not None and cached[0] == digest:
             if isinstance(cached[1], ConfigError):
@@ -418,7 +428,11 @@ class CrdPolicyStore:
                         else:
                             prev = objects.get(key)
                             objects[key] = {k: v for k, v in obj.items() if k != "status"}
-                            if prev is not None and prev.get("spec") == obj.get("spec"):
+                            if (
+                                prev is not None
+                                and prev.get("spec") == obj.get("spec")
+                                and _pause_annotations(prev) == _pause_annotations(obj)
+                            ):
                                 continue  # a status write (ours): the targets did not change
                         yield self._accept(list(objects.values()))
                 finally:

@@ -70,3 +70,29 @@ def test_run_on_a_taken_port_says_which_and_exits_2(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert f"port {port}" in proc.stderr and "--http-port" in proc.stderr
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from autoscaler import __version__
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"llm-autoscaler {__version__}"
+
+
+def test_run_without_kubeconfig_or_cluster_says_so_in_one_line(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no KUBECONFIG, no ~/.kube
+    proc = subprocess.run(
+        [sys.executable, "-m", "autoscaler", "run", "--http-port", "0", "--grpc-port", "0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()
+    assert "no kubeconfig and not in a cluster" in line
+    assert "--kubeconfig" in line and "KUBECONFIG" in line

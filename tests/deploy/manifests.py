@@ -1,10 +1,11 @@
 """Loading and rendering of `deploy/` for the tests: YAML files, a minimal kustomize, schemas.
 
 The kustomize subset is deliberately tiny: our kustomizations list ``resources`` (files in
-the same directory, or other kustomization directories) and may set ``replicas`` (kustomize's
-replica-count field: ``[{name, count}]`` on the workloads of that name; not a patch). Any
-other key makes `render` fail loudly, so the tests can never silently diverge from
-``kubectl apply -k``.
+the same directory, or other kustomization directories), may list ``components`` (directories
+holding a ``kind: Component`` that only adds resources, as ``deploy/prometheus``) and may set
+``replicas`` (kustomize's replica-count field: ``[{name, count}]`` on the workloads of that
+name; not a patch). Any other key makes `render` fail loudly, so the tests can never silently
+diverge from ``kubectl apply -k``.
 """
 
 from __future__ import annotations
@@ -24,9 +25,19 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 UPSTREAM_CRDS = ROOT / "tests" / "fixtures" / "crds"  # other projects' CRDs, verbatim
+# Overlays that install on a bare cluster (no Prometheus Operator CRDs) ...
 OVERLAYS = ("direct", "keda", "advisory", "sharded")
-OVERLAY_MODE = {"direct": "direct", "keda": "keda", "advisory": "advisory", "sharded": "direct"}
-K8S_VERSION = "1.30.0"  # oldest Kubernetes the manifests target (sidecar-free, PDB v1)
+# ... and the one that adds the deploy/prometheus component (needs monitoring.coreos.com).
+MONITORED_OVERLAYS = ("direct-prometheus",)
+OVERLAY_MODE = {
+    "direct": "direct",
+    "keda": "keda",
+    "advisory": "advisory",
+    "sharded": "direct",
+    "direct-prometheus": "direct",
+}
+MONITORING_KINDS = frozenset({"ServiceMonitor", "PrometheusRule", "PodMonitor"})
+K8S_VERSION = "1.30.0"  # newest schema kubernetes-validate checks against (docs/install.md)
 
 Obj = dict[str, Any]
 
@@ -61,17 +72,24 @@ def key(obj: Obj) -> tuple[str, str, str]:
     return obj["kind"], meta.get("namespace", ""), meta["name"]
 
 
-def render(directory: Path) -> list[Obj]:
+def render(directory: Path, *, kind: str = "Kustomization") -> list[Obj]:
     """Objects ``kubectl kustomize <directory>`` would produce for our kustomizations."""
     kfile = directory / "kustomization.yaml"
     if not kfile.is_file():
         raise KustomizeError(f"{directory}: no kustomization.yaml")
     spec = yaml.safe_load(kfile.read_text())
-    unsupported = set(spec) - {"apiVersion", "kind", "resources", "replicas"}
+    unsupported = set(spec) - {"apiVersion", "kind", "resources", "components", "replicas"}
     if unsupported:
         raise KustomizeError(f"{kfile}: unsupported keys {sorted(unsupported)} (no patches)")
-    if spec.get("kind") != "Kustomization":
-        raise KustomizeError(f"{kfile}: kind must be Kustomization")
+    if spec.get("kind") != kind:
+        raise KustomizeError(f"{kfile}: kind must be {kind}")
+    api_version = "v1alpha1" if kind == "Component" else "v1beta1"
+    if spec.get("apiVersion", f"kustomize.config.k8s.io/{api_version}") != (
+        f"kustomize.config.k8s.io/{api_version}"
+    ):
+        raise KustomizeError(f"{kfile}: apiVersion must be kustomize.config.k8s.io/{api_version}")
+    if kind == "Component" and ("components" in spec or "replicas" in spec):
+        raise KustomizeError(f"{kfile}: our components only add resources")
     out: list[Obj] = []
     for entry in spec.get("resources", []):
         target = (directory / entry).resolve()
@@ -84,6 +102,11 @@ def render(directory: Path) -> list[Obj]:
             out.extend(load_docs(target))
         else:
             raise KustomizeError(f"{kfile}: resource {entry} does not exist")
+    for entry in spec.get("components") or []:
+        target = (directory / entry).resolve()
+        if not target.is_dir():
+            raise KustomizeError(f"{kfile}: component {entry} is not a directory")
+        out.extend(render(target, kind="Component"))
     for entry in spec.get("replicas") or []:
         hits = [
             o

@@ -12,6 +12,8 @@ from autoscaler import __version__ as _unused_pkg  # noqa: F401  (package import
 from autoscaler.settings import Settings
 from tests.deploy.manifests import (
     DEPLOY,
+    MONITORED_OVERLAYS,
+    MONITORING_KINDS,
     OVERLAY_MODE,
     OVERLAYS,
     ROOT,
@@ -104,21 +106,33 @@ def test_unknown_kind_is_an_error_not_a_silent_pass() -> None:
 # --- kustomize -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_overlay_renders_base_prometheus_and_its_mode(overlay: str) -> None:
+@pytest.mark.parametrize("overlay", OVERLAYS + MONITORED_OVERLAYS)
+def test_overlay_renders_base_and_its_mode_and_monitoring_only_when_opted_in(
+    overlay: str,
+) -> None:
     objs = render(DEPLOY / "overlays" / overlay)
     kinds = {o["kind"] for o in objs}
     expected = {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole"}
     expected |= {"ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service"}
-    expected |= {"PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "ConfigMap"}
-    expected |= {"NetworkPolicy"}
+    expected |= {"PodDisruptionBudget", "ConfigMap", "NetworkPolicy"}
     assert expected <= kinds
+    if overlay in MONITORED_OVERLAYS:
+        assert {"ServiceMonitor", "PrometheusRule"} <= kinds
+    else:  # installs on a cluster without the Prometheus Operator's CRDs
+        assert not kinds & MONITORING_KINDS, kinds & MONITORING_KINDS
     config = _one(objs, "ConfigMap", "llm-autoscaler-config", "llm-autoscaler")
     assert config["data"]["AUTOSCALER_MODE"] == OVERLAY_MODE[overlay]
     assert Settings(mode=config["data"]["AUTOSCALER_MODE"]).mode == OVERLAY_MODE[overlay]
     controller = _one(objs, "Deployment", "llm-autoscaler", "llm-autoscaler")
     env_from = controller["spec"]["template"]["spec"]["containers"][0]["envFrom"]
     assert {"configMapRef": {"name": "llm-autoscaler-config", "optional": True}} in env_from
+
+
+def test_prometheus_component_is_a_component_and_adds_only_monitoring_objects() -> None:
+    objs = render(DEPLOY / "prometheus", kind="Component")
+    assert {o["kind"] for o in objs} <= MONITORING_KINDS
+    with pytest.raises(KustomizeError, match="kind must be Kustomization"):
+        render(DEPLOY / "prometheus")  # a Component is not applied on its own
 
 
 def test_sharded_overlay_runs_more_replicas_than_the_base_with_valid_shard_settings(
@@ -150,7 +164,7 @@ def test_loader_applies_replica_counts_only_to_existing_workloads(tmp_path: Path
 
 def test_every_kustomization_directory_renders() -> None:
     for kfile in DEPLOY.rglob("kustomization.yaml"):
-        assert render(kfile.parent), kfile
+        assert render(kfile.parent, kind=load_docs(kfile)[0]["kind"]), kfile
 
 
 def test_loader_rejects_patches_and_missing_resources(tmp_path: Path) -> None:
@@ -166,7 +180,9 @@ def test_loader_rejects_patches_and_missing_resources(tmp_path: Path) -> None:
 
 
 def _object_sets() -> list[tuple[str, list[Obj]]]:
-    sets = [(f"overlay {o}", render(DEPLOY / "overlays" / o)) for o in OVERLAYS]
+    sets = [
+        (f"overlay {o}", render(DEPLOY / "overlays" / o)) for o in OVERLAYS + MONITORED_OVERLAYS
+    ]
     return [*sets, ("examples", _examples())]
 
 
@@ -242,7 +258,7 @@ def test_bindings_refer_to_existing_roles_and_service_accounts(overlay: str) -> 
 
 
 def test_servicemonitor_selects_the_http_service_and_not_the_grpc_one() -> None:
-    objs = render(DEPLOY / "overlays" / "direct")
+    objs = render(DEPLOY / "overlays" / "direct-prometheus")
     (sm,) = [o for o in objs if o["kind"] == "ServiceMonitor"]
     namespaces = sm["spec"]["namespaceSelector"]["matchNames"]
     services = [

@@ -48,6 +48,13 @@ CACHE = REPO / ".cache" / "k8s"
 KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 CONTROLLERS = "deployment,replicaset,garbagecollector,namespace,disruption,nodelifecycle"
 ADMIN_TOKEN = "admin-token-for-the-real-tier"
+# What a skipped run says: how to get the binaries, not where this machine looked.
+HOW_TO_GET = (
+    "get kube-apiserver 1.24 (and optionally kube-controller-manager, kube-scheduler) with "
+    "`setup-envtest use 1.24 -p path` and export KUBEBUILDER_ASSETS=<that directory>, or put "
+    "the .xz files and SHA256SUMS in shared/k8s next to the clone (docs/testing.md)"
+)
+NO_BINARIES = f"real Kubernetes tier: no kube-apiserver binaries; {HOW_TO_GET}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,15 +107,12 @@ def find_binaries() -> Binaries | str:
             return reason
         d = CACHE
     else:
-        return (
-            f"real Kubernetes tier: no binaries ({SHARED}/*.xz absent and KUBEBUILDER_ASSETS "
-            "unset); see docs/testing.md"
-        )
+        return NO_BINARIES
     etcd = d / "etcd" if (d / "etcd").exists() else shutil.which("etcd")
     if etcd is None:
         return "real Kubernetes tier: etcd not found (apt-get install etcd-server)"
     if not (d / "kube-apiserver").exists():
-        return f"real Kubernetes tier: {d}/kube-apiserver not found"
+        return f"real Kubernetes tier: KUBEBUILDER_ASSETS has no kube-apiserver; {HOW_TO_GET}"
     if shutil.which("openssl") is None:
         return "real Kubernetes tier: openssl not found (needed for the service-account key)"
     opt = {n: (d / n if (d / n).exists() else None) for n in KUBE_BINARIES[1:]}

@@ -163,7 +163,7 @@ def test_a_spliced_page_prometheus_client_accepts_is_never_refused_by_the_scrape
 
 
 FOUR_SHAPES = [
-    "vllm_no_inf_bucket.txt",
+    "lenient_only/vllm_no_inf_bucket.txt",
     "vllm_no_type.txt",
     "trtllm_serve.txt",
     "trtllm_triton_pending.txt",

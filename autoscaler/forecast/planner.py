@@ -30,6 +30,7 @@ from autoscaler.forecast.auto import Auto
 from autoscaler.forecast.capacity import CapacityEstimator
 from autoscaler.forecast.coldstart import ColdStartEstimator
 from autoscaler.forecast.models import Ewma, Forecaster, Holt, Seasonal
+from autoscaler.forecast.regime import RegimeEstimator
 from autoscaler.forecast.robust import check_finite, check_positive
 
 _isfinite = math.isfinite
@@ -151,6 +152,7 @@ class Planner:
             slo_s=self.config.slo_s,
             latency_signal=self.config.latency_signal,
         )
+        self.regime = RegimeEstimator()
         self.last_t: float | None = None
         self._numbers: dict[str, float] = {}
         self._pool_peaks: deque[tuple[float, int]] = deque()
@@ -218,7 +220,22 @@ class Planner:
             self._update_intensity(t, rate_now, present, signals)
         if ready_replicas is not None:
             self.capacity = self.capacity.observe(t, ready_replicas, signals)
+        demand = self._demand_replicas(signals)
+        if demand is not None:
+            self.regime.observe(t, demand)
         self.last_t = t
+
+    def _demand_replicas(self, signals: Mapping[str, float]) -> float | None:
+        """Replicas the signals ask for at the per-replica capacities (the policy's
+        AverageValue targets, `capacity_fallback`): the largest; None without any."""
+        demand: float | None = None
+        for name, cap in self.config.capacity_fallback.items():
+            value = signals.get(name)
+            if value is not None and cap > 0:
+                need = value / cap
+                if demand is None or need > demand:
+                    demand = need
+        return demand
 
     def _update_intensity(
         self, t: float, rate_now: float, present: list[str], signals: Mapping[str, float]
@@ -331,6 +348,7 @@ class Planner:
             model=model,
             # learned_capacities(caps)
             capacity_per_replica=MappingProxyType({n: c for n, c in caps.items() if flags[n]}),
+            regime=MappingProxyType(self.regime.numbers()),
         )
 
     def learned_capacities(self, caps: Mapping[str, float] | None = None) -> dict[str, float]:

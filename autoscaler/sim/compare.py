@@ -9,9 +9,10 @@ aims at ``goal x ceiling`` and says so (`StaticSizing.note`), never a silent cap
 
 Same start for everyone: every policy enters the trace at the count it would itself hold
 for the opening load, its pods Ready and billed from t = 0. A fixed fleet holds its size.
-A dynamic policy's count is where it settles after a pre-roll: the trace's first
-``PREROLL_S`` replayed against it from one Ready replica (`settled_replicas`). No
-policy's start depends on another's size (static-peak's included).
+A dynamic policy's count is where it settles over a pre-roll: the trace's first
+``PREROLL_S`` replayed against it from one Ready replica, then from where that ended
+(`settled_replicas`). No policy's start depends on another's size (static-peak's
+included).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from autoscaler.sim.traces import Trace
 
 MAX_STATIC_REPLICAS = 256
 PREROLL_S = 900.0  # longer than ours' 450 s scale-down window plus a ramp from one replica
+PREROLL_PASSES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,21 +172,24 @@ def settled_replicas(
     slo_ttft_s: float,
     seed: int = 0,
 ) -> int:
-    """The count the policy ``make(initial)`` builds holds after the pre-roll: the trace's
-    first `PREROLL_S` replayed against it from one Ready replica (a fixed fleet: its
-    size). Where a policy enters the trace (the same rule for every policy)."""
-    policy = make(1)
-    if isinstance(policy, StaticPeak):
-        return policy.replicas
-    res = simulate(
-        trace.window(0.0, PREROLL_S),
-        policy,
-        cluster,
-        slo_ttft_s=slo_ttft_s,
-        seed=seed,
-        stop_at_s=PREROLL_S,
-    )
-    return max(1, res.timeline_spec[-1]) if res.timeline_spec else 1
+    """The count the policy ``make(initial)`` builds settles on over the pre-roll: the
+    trace's first `PREROLL_S` replayed against it from one Ready replica, then again from
+    where that ended (so the ramp from one replica and the backlog it built do not count),
+    up to `PREROLL_PASSES` times until the count repeats. A fixed fleet: its size. Where
+    a policy enters the trace (the same rule for every policy)."""
+    if isinstance(fixed := make(1), StaticPeak):
+        return fixed.replicas
+    head = trace.window(0.0, PREROLL_S)
+    count = 1
+    for _ in range(PREROLL_PASSES):
+        res = simulate(
+            head, make(count), cluster, slo_ttft_s=slo_ttft_s, seed=seed, stop_at_s=PREROLL_S
+        )
+        settled = max(1, res.timeline_spec[-1]) if res.timeline_spec else count
+        if settled == count:
+            break
+        count = settled
+    return count
 
 
 def parse_static_sweep(spec: str) -> list[int]:

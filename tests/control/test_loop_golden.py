@@ -12,7 +12,8 @@ from them) moved, by at most 3.1e-8 relative.
 Re-recorded on purpose (issue 36): decisions made with prediction on carry the learned
 load regime as ``regime.*`` numbers (`forecast/regime.py`). Compared with the recording
 before, with those numbers left out: every chunk and last decision equal, the same scale
-writes, warm-pool sizes and /metrics series."""
+writes, warm-pool sizes and /metrics series (no golden target turns steady long enough
+to change a decision)."""
 
 from __future__ import annotations
 

@@ -40,8 +40,21 @@ def test_a_level_that_moves_more_than_one_replica_is_followed() -> None:
     assert est.numbers()["regime.level_range_replicas"] > 1.0
 
 
+def _spike(t: int) -> float:
+    """A 3-replica burst of 10 s every 4 minutes."""
+    return 3.0 if t % 240 < 10 else 0.0
+
+
+def test_a_flat_level_without_bursts_is_followed() -> None:
+    est = RegimeEstimator()
+    for t in range(4000):
+        est.observe(float(t), 1.5 + 0.3 * ((t * 7919) % 11) / 11)  # noise < 2 replicas
+    assert not est.steady
+    assert est.numbers()["regime.level_range_replicas"] < 1.0
+
+
 def test_leaving_steady_takes_a_wider_range_than_entering_it() -> None:
-    cfg = RegimeConfig(window_s=600.0, level_tau_s=60.0)
+    cfg = RegimeConfig(window_s=600.0, level_tau_s=60.0, burst_replicas=0.0)  # no burst gate
     held = RegimeEstimator(cfg)
     for t in range(1200):
         held.observe(float(t), 4.0)
@@ -64,11 +77,13 @@ def test_bad_demand_is_an_error_naming_the_field() -> None:
 
 def test_the_planner_judges_the_demand_at_the_policy_s_per_replica_targets() -> None:
     planner = Planner(PlannerConfig(capacity_fallback={"running": 32.0, "waiting": 4.0}))
-    for t in range(2000):
-        planner.update(float(t), {"running": 64.0 + (t % 7), "waiting": 1.0})
+    for t in range(2000):  # 2 replicas of running, bursts to 6 for 10 s every 5 min
+        running = 192.0 if t % 300 < 10 else 64.0
+        planner.update(float(t), {"running": running, "waiting": 1.0})
     forecast = planner.forecast(2000.0)
     assert forecast.regime["regime.steady"] == 1.0
-    assert forecast.regime["regime.level_replicas"] == pytest.approx(67.0 / 32.0, rel=0.02)
+    assert forecast.regime["regime.level_replicas"] == pytest.approx(68.3 / 32.0, rel=0.05)
+    assert forecast.regime["regime.burst_replicas"] > 3.0
     text = describe(dict(forecast.regime))
     assert text is not None and text.startswith("steady:")
     assert describe({}) is None

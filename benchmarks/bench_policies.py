@@ -376,6 +376,38 @@ def timing(conv: Trace, cfg: CompareConfig) -> dict[str, Any]:
     }
 
 
+def stored_oracle(seed: int) -> dict[str, Any]:
+    """bench_oracle.py's scenarios (the causal reference) when run on the same seed."""
+    path = ROOT / "benchmarks" / "results" / "oracle.json"
+    if not path.exists():
+        return {}
+    doc = json.loads(path.read_text())
+    return dict(doc["scenarios"]) if doc.get("seed", SEED) == seed else {}
+
+
+def frontier_only(args: argparse.Namespace) -> int:
+    """The frontier rows of a stored run, recomputed against the current oracle.json."""
+    doc = json.loads(args.out.read_text())
+    oracle = stored_oracle(doc.get("seed", SEED))
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    for label, trace, _ in scenarios(args.quick, doc.get("seed", SEED)):
+        entry = doc["scenarios"].get(label)
+        if entry is None or (only and label not in only):
+            continue
+        static_n = int(entry["static_peak_replicas"])
+        cfg = replace(scenario_config(label, doc.get("seed", SEED)), static_replicas=static_n)
+        known = {static_n: entry["policies"]["static-peak"]}
+        known.update({int(n.removeprefix("static-")): f for n, f in entry["fixed_fleets"].items()})
+        entry["frontier"] = frontier_row(label, trace, cfg, entry["policies"], known, oracle)
+        fleets = {f"static-{n}": f for n, f in sorted(known.items()) if n != static_n}
+        entry["fixed_fleets"] = fleets
+    rows = {k: v["frontier"] for k, v in doc["scenarios"].items() if "frontier" in v}
+    doc["frontier_markdown"] = frontier_markdown(rows)
+    print(doc["frontier_markdown"])
+    write_json(args.out, doc)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="shorter days (6 h light, 3 h x8)")
@@ -402,7 +434,15 @@ def main() -> int:
         "that default side by side",
     )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "policies.json")
+    ap.add_argument(
+        "--frontier-only",
+        action="store_true",
+        help="recompute only the frontier rows of --out (e.g. after bench_oracle.py added a "
+        "scenario's causal reference); runs no policy, only any fixed fleet still missing",
+    )
     args = ap.parse_args()
+    if args.frontier_only:
+        return frontier_only(args)
     cluster = ClusterConfig(profile=get_profile(PROFILE))
     cfg = scenario_config("conv x4")
     doc: dict[str, Any] = {
@@ -421,8 +461,7 @@ def main() -> int:
         "scenarios": {},
     }
     conv = load_trace(TRACES / "AzureLLMInferenceTrace_conv.csv.gz")
-    oracle_path = ROOT / "benchmarks" / "results" / "oracle.json"
-    oracle = json.loads(oracle_path.read_text())["scenarios"] if oracle_path.exists() else {}
+    oracle = stored_oracle(args.seed)
     if args.only and args.out.exists():  # a partial rerun keeps the other scenarios
         previous = json.loads(args.out.read_text())
         doc["scenarios"] = previous.get("scenarios", {})

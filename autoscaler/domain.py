@@ -56,6 +56,9 @@ class Forecast:
     model: str = "unknown"
     # Learned per-replica capacity at the latency SLO, per signal (only learned ones).
     capacity_per_replica: Mapping[str, float] = field(default_factory=dict)
+    # The load regime learned from the target's history (`forecast.regime`: ``regime.*``
+    # numbers; ``regime.scale_down_window_s`` lengthens the decision's scale-down window).
+    regime: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

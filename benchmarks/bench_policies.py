@@ -27,11 +27,25 @@ import numpy as np
 
 from autoscaler.metrics.signals import DEFAULT_WINDOW_S
 from autoscaler.sim.cluster import ClusterConfig
-from autoscaler.sim.compare import CompareConfig, run_policies, size_static, static_sizing
+from autoscaler.sim.compare import (
+    MAX_STATIC_REPLICAS,
+    CompareConfig,
+    run_policies,
+    size_static,
+    static_sizing,
+)
+from autoscaler.sim.oracle import FrontierPoint, min_gpu_hours
 from autoscaler.sim.policies import POLICY_NAMES
 from autoscaler.sim.replica import get_profile
 from autoscaler.sim.report import markdown_table, print_table, write_json
-from autoscaler.sim.traces import Trace, diurnal_day, load_trace, long_context_chat, scale_rate
+from autoscaler.sim.traces import (
+    Trace,
+    diurnal_day,
+    load_trace,
+    long_context_chat,
+    mixed_rag_chat,
+    scale_rate,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "data" / "traces"
@@ -45,6 +59,7 @@ BASELINES = tuple(n for n in POLICY_NAMES if n not in OURS)
 SETUPS: dict[str, tuple[str, float]] = {
     "long-context chat": ("8b-h100-128k", 2.0),
     "long-context chat x4": ("8b-h100-128k", 2.0),
+    "mixed RAG + chat": ("8b-h100-128k", 2.0),
 }
 
 
@@ -124,6 +139,13 @@ def scenarios(quick: bool, seed: int = SEED) -> list[tuple[str, Trace, str]]:
             "the long-context chat hour at rate x4 (seeded duplication), 8b-h100-128k, "
             "TTFT SLO 2 s",
         ),
+        (
+            "mixed RAG + chat",
+            mixed_rag_chat(seed=seed),
+            "synthesized 3 h: 70% chat (prompts 1-2k tokens), 30% RAG (20-60k), a slow "
+            "diurnal swing 0.4 -> 1 of 150 requests/min plus 5-minute bursts at 2.5x "
+            "(written after the policy was frozen, run once), 8b-h100-128k, TTFT SLO 2 s",
+        ),
     ]
     return out
 
@@ -144,6 +166,125 @@ def fixed_fleets(
         sizes.update(n for n in (n_max - 1, n_max) if n >= 1 and n != static_n)
     names = [f"static-{n}" for n in sorted(sizes)]
     return {s["policy"]: s for s in pool.map(run_one, [(trace, n, cfg) for n in names])}
+
+
+def frontier_bracket(
+    trace: Trace,
+    cfg: CompareConfig,
+    known: dict[int, dict[str, Any]],
+    misses: float,
+) -> tuple[int | None, int | None]:
+    """The neighbouring fixed fleets (lo, hi) with misses(lo) > ``misses`` >= misses(hi),
+    hi = lo + 1, found by bisection over fleet sizes (misses fall as the fleet grows);
+    lo is None when static-1 already has no more misses, hi None past the cap. Fleets
+    run are added to ``known`` (size -> summary)."""
+
+    def run(n: int) -> int:
+        if n not in known:
+            known[n] = run_one((trace, f"static-{n}", cfg))
+        return int(known[n]["slo_misses"])
+
+    hi = min((n for n in known if known[n]["slo_misses"] <= misses), default=None)
+    while hi is None:
+        top = max(known, default=1)
+        if top >= MAX_STATIC_REPLICAS:
+            return top, None
+        nxt = min(MAX_STATIC_REPLICAS, max(2 * top, 1))
+        if run(nxt) <= misses:
+            hi = nxt
+    lo = max((n for n in known if n < hi and known[n]["slo_misses"] > misses), default=0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if run(mid) <= misses:
+            hi = mid
+        else:
+            lo = mid
+    return (lo or None), hi
+
+
+def frontier_at(
+    trace: Trace,
+    cfg: CompareConfig,
+    known: dict[int, dict[str, Any]],
+    misses: float,
+) -> dict[str, Any]:
+    """The fixed-fleet frontier (the line through static-1 .. static-N in (GPU-hours,
+    misses), linear between neighbouring fleets) at ``misses``."""
+    lo, hi = frontier_bracket(trace, cfg, known, misses)
+    if hi is None:
+        return {"lo": lo, "hi": None, "gpu_hours": None}
+    g_hi = float(known[hi]["gpu_hours"])
+    if lo is None:
+        return {"lo": None, "hi": hi, "gpu_hours": round(g_hi, 4)}
+    m_lo, m_hi = float(known[lo]["slo_misses"]), float(known[hi]["slo_misses"])
+    g_lo = float(known[lo]["gpu_hours"])
+    frac = (m_lo - misses) / (m_lo - m_hi) if m_lo > m_hi else 1.0
+    return {"lo": lo, "hi": hi, "gpu_hours": round(g_lo + frac * (g_hi - g_lo), 4)}
+
+
+def causal_at(label: str, misses: float, oracle: dict[str, Any]) -> float | None:
+    """The causal reference's GPU-hours at ``misses`` (its frontier from bench_oracle.py's
+    per-window tables, stored in oracle.json; None when the scenario is not there)."""
+    points = oracle.get(label, {}).get("reactive_frontier")
+    if not points:
+        return None
+    return min_gpu_hours([FrontierPoint(g, m) for g, m in points], misses)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else round(a / b, 3)
+
+
+def frontier_row(
+    label: str,
+    trace: Trace,
+    cfg: CompareConfig,
+    policies: dict[str, dict[str, Any]],
+    known: dict[int, dict[str, Any]],
+    oracle: dict[str, Any],
+    mine: str = "ours",
+) -> dict[str, Any]:
+    """Issue 36's criterion for ``mine``: its GPU-hours over the fixed-fleet frontier's at
+    its misses, the causal reference's over the frontier's, ``mine`` over the causal
+    reference's, and every baseline or fixed fleet that dominates it."""
+    ours = policies[mine]
+    m = float(ours["slo_misses"])
+    front = frontier_at(trace, cfg, known, m)
+    causal = causal_at(label, m, oracle)
+    fleets = {f"static-{n}": s for n, s in sorted(known.items())}
+    return {
+        "policy": mine,
+        "gpu_hours": ours["gpu_hours"],
+        "misses": ours["slo_misses"],
+        "frontier_fleets": [front["lo"], front["hi"]],
+        "frontier_gpu_hours": front["gpu_hours"],
+        "causal_gpu_hours": None if causal is None else round(causal, 4),
+        "ours_over_frontier": _ratio(ours["gpu_hours"], front["gpu_hours"]),
+        "causal_over_frontier": _ratio(causal, front["gpu_hours"]),
+        "ours_over_causal": _ratio(ours["gpu_hours"], causal),
+        "dominated_by": dominated_by(ours, {**{b: policies[b] for b in BASELINES}, **fleets}),
+    }
+
+
+def frontier_markdown(rows: dict[str, dict[str, Any]]) -> str:
+    out = [
+        "| scenario | ours GPU-h, misses | frontier fleets | ours / frontier | "
+        "causal / frontier | ours / causal | dominated by |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for label, r in rows.items():
+        lo, hi = r["frontier_fleets"]
+        fleets = f"{lo or '-'}..{hi or '-'}"
+        out.append(
+            f"| {label} | {r['gpu_hours']:.2f}, {r['misses']} | {fleets} | "
+            f"{_fmt(r['ours_over_frontier'])} | {_fmt(r['causal_over_frontier'])} | "
+            f"{_fmt(r['ours_over_causal'])} | {', '.join(r['dominated_by']) or '-'} |"
+        )
+    return "\n".join(out)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def dominated_by(mine: dict[str, Any], others: dict[str, dict[str, Any]]) -> list[str]:
@@ -235,6 +376,38 @@ def timing(conv: Trace, cfg: CompareConfig) -> dict[str, Any]:
     }
 
 
+def stored_oracle(seed: int) -> dict[str, Any]:
+    """bench_oracle.py's scenarios (the causal reference) when run on the same seed."""
+    path = ROOT / "benchmarks" / "results" / "oracle.json"
+    if not path.exists():
+        return {}
+    doc = json.loads(path.read_text())
+    return dict(doc["scenarios"]) if doc.get("seed", SEED) == seed else {}
+
+
+def frontier_only(args: argparse.Namespace) -> int:
+    """The frontier rows of a stored run, recomputed against the current oracle.json."""
+    doc = json.loads(args.out.read_text())
+    oracle = stored_oracle(doc.get("seed", SEED))
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    for label, trace, _ in scenarios(args.quick, doc.get("seed", SEED)):
+        entry = doc["scenarios"].get(label)
+        if entry is None or (only and label not in only):
+            continue
+        static_n = int(entry["static_peak_replicas"])
+        cfg = replace(scenario_config(label, doc.get("seed", SEED)), static_replicas=static_n)
+        known = {static_n: entry["policies"]["static-peak"]}
+        known.update({int(n.removeprefix("static-")): f for n, f in entry["fixed_fleets"].items()})
+        entry["frontier"] = frontier_row(label, trace, cfg, entry["policies"], known, oracle)
+        fleets = {f"static-{n}": f for n, f in sorted(known.items()) if n != static_n}
+        entry["fixed_fleets"] = fleets
+    rows = {k: v["frontier"] for k, v in doc["scenarios"].items() if "frontier" in v}
+    doc["frontier_markdown"] = frontier_markdown(rows)
+    print(doc["frontier_markdown"])
+    write_json(args.out, doc)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="shorter days (6 h light, 3 h x8)")
@@ -261,7 +434,15 @@ def main() -> int:
         "that default side by side",
     )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "policies.json")
+    ap.add_argument(
+        "--frontier-only",
+        action="store_true",
+        help="recompute only the frontier rows of --out (e.g. after bench_oracle.py added a "
+        "scenario's causal reference); runs no policy, only any fixed fleet still missing",
+    )
     args = ap.parse_args()
+    if args.frontier_only:
+        return frontier_only(args)
     cluster = ClusterConfig(profile=get_profile(PROFILE))
     cfg = scenario_config("conv x4")
     doc: dict[str, Any] = {
@@ -280,6 +461,7 @@ def main() -> int:
         "scenarios": {},
     }
     conv = load_trace(TRACES / "AzureLLMInferenceTrace_conv.csv.gz")
+    oracle = stored_oracle(args.seed)
     if args.only and args.out.exists():  # a partial rerun keeps the other scenarios
         previous = json.loads(args.out.read_text())
         doc["scenarios"] = previous.get("scenarios", {})
@@ -303,6 +485,14 @@ def main() -> int:
             fleets = fixed_fleets(
                 trace, replace(scfg, static_replicas=static_n), policies, static_n, pool
             )
+            known = {static_n: policies["static-peak"]}
+            known.update({int(n.removeprefix("static-")): f for n, f in fleets.items()})
+            frontier = frontier_row(
+                label, trace, replace(scfg, static_replicas=static_n), policies, known, oracle
+            )
+            fleets.update({f"static-{n}": f for n, f in known.items() if n != static_n})
+            fleets = dict(sorted(fleets.items(), key=lambda kv: int(kv[0].split("-")[1])))
+            print(f"frontier: {frontier}", file=sys.stderr)
             wall = time.perf_counter() - t0
             profile, slo = setup(label)
             title = (
@@ -342,9 +532,13 @@ def main() -> int:
                 "fixed_fleets": fleets,
                 "pareto": pareto,
                 "targets": targets,
+                "frontier": frontier,
                 "markdown": markdown_table(summaries + list(fleets.values())),
                 "pareto_markdown": {m: verdict_markdown(v) for m, v in pareto.items()},
             }
+    rows = {k: v["frontier"] for k, v in doc["scenarios"].items() if "frontier" in v}
+    doc["frontier_markdown"] = frontier_markdown(rows)
+    print(doc["frontier_markdown"])
     write_json(args.out, doc)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

@@ -33,8 +33,8 @@ from autoscaler.policy.schema import (
     ScalingRules,
 )
 from autoscaler.sim.cluster import ClusterConfig
-from autoscaler.sim.compare import initial_replicas, parse_static_sweep
-from autoscaler.sim.policies import SCALE_DOWN_WINDOW_S, StaticPeak, ours, ours_policy
+from autoscaler.sim.compare import parse_static_sweep, settled_replicas
+from autoscaler.sim.policies import SCALE_DOWN_WINDOW_S, Ours, StaticPeak, ours, ours_policy
 from autoscaler.sim.replica import get_profile
 from autoscaler.sim.report import publish
 from autoscaler.sim.simulator import simulate
@@ -152,8 +152,12 @@ def _one(args: tuple[str, str, int | None]) -> dict[str, Any]:
         s = simulate(trace, fleet, cluster, slo_ttft_s=slo, seed=SEED).summary()
     else:
         policy = VARIANTS[variant]()
-        initial = initial_replicas(trace, STATIC[label]) if start is None else start
-        autoscaler = ours(initial, policy=policy, slo_ttft_s=slo)
+
+        def make(initial: int) -> Ours:
+            return ours(initial, policy=policy, slo_ttft_s=slo)
+
+        initial = settled_replicas(trace, make, cluster, slo, SEED) if start is None else start
+        autoscaler = make(initial)
         s = simulate(trace, autoscaler, cluster, slo_ttft_s=slo, seed=SEED).summary()
     return {
         "scenario": label,

@@ -29,9 +29,7 @@ from bench_policies import PROFILE, SLO_TTFT_S, scenarios
 from autoscaler.policy.schema import WarmPool
 from autoscaler.sim.cluster import ClusterConfig
 from autoscaler.sim.compare import (
-    CompareConfig,
-    initial_replicas,
-    size_static,
+    settled_replicas,
 )
 from autoscaler.sim.policies import ours, ours_policy
 from autoscaler.sim.replica import get_profile
@@ -101,8 +99,12 @@ def main() -> int:
     for label, trace, _ in scenarios(args.quick):
         if label not in labels:
             continue
-        static_n = size_static(trace, CompareConfig(cluster=cluster, slo_ttft_s=SLO_TTFT_S))
-        initial = initial_replicas(trace, static_n)
+        initial = settled_replicas(  # the same start rule as bench_policies (pre-roll)
+            trace,
+            lambda n: ours(n, policy=ours_policy(), slo_ttft_s=SLO_TTFT_S),
+            cluster,
+            SLO_TTFT_S,
+        )
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
         jobs += [
             (label, (trace, cluster, initial, pool, seed))

@@ -47,6 +47,7 @@ def main() -> int:
     for ax, label in zip(panels, labels, strict=False):
         sc = policies[label]
         floor = 0.8 if label.startswith("long-context") else 0.9
+        floor = 0.6 if label == "mixed RAG + chat" else floor
         static = sc["policies"]["static-peak"]["gpu_hours"]
         if label in oracle:
             n_req = oracle[label]["requests"]  # admitted requests (rejected are not misses)

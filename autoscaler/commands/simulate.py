@@ -11,6 +11,9 @@ from typing import Any
 from autoscaler.errors import ConfigError
 
 SYNTHETIC_LONG_CONTEXT = "synthetic:long-context-chat"
+# `--profile auto` candidates, in order of preference (the same engine, growing context)
+AUTO_PROFILES = ("8b-h100", "8b-h100-128k")
+AUTO_QUANTILE = 0.999
 
 
 def register(subparsers: Any) -> None:
@@ -37,7 +40,13 @@ def register(subparsers: Any) -> None:
         metavar="A..B",
         help="also run fixed fleets of A..B replicas (rows static-A .. static-B)",
     )
-    p.add_argument("--profile", default="8b-h100", help="hardware profile of a replica")
+    p.add_argument(
+        "--profile",
+        default="8b-h100",
+        help="hardware profile of a replica, or 'auto': the first of "
+        f"{', '.join(AUTO_PROFILES)} whose context covers the trace's 99.9th-percentile "
+        "request (prompt + output)",
+    )
     p.add_argument("--slo-ttft-s", type=float, default=0.5, help="TTFT SLO per request")
     p.add_argument(
         "--cold-start",
@@ -120,8 +129,14 @@ def _run(args: argparse.Namespace) -> int:
         trace = scale_rate(trace, args.rate_scale, seed=args.seed)
     if args.diurnal_day_s is not None:
         trace = diurnal_day(trace, day_s=args.diurnal_day_s, seed=args.seed)
+    if args.profile == "auto":
+        profile, why = auto_profile(trace.prompt_tokens + trace.output_tokens)
+        if not args.quiet:
+            print(why, file=sys.stderr)
+    else:
+        profile, why = get_profile(args.profile), None
     cluster = ClusterConfig(
-        profile=get_profile(args.profile),
+        profile=profile,
         cold_start=parse_cold_start(args.cold_start),
         price_per_gpu_hour=args.price_per_gpu_hour,
         warm_pool_size=args.warm_pool,
@@ -160,6 +175,10 @@ def _run(args: argparse.Namespace) -> int:
         f"TTFT SLO {args.slo_ttft_s:g} s, static-peak = {static_n} replicas"
     )
     print_table(summaries, title + (f"\n{sizing.note}" if sizing.note else ""))
+    admitted = admission_line(trace, cluster.profile, args.slo_ttft_s)
+    print(admitted["line"])
+    if why is not None:
+        print(why)
     if args.json is not None:
         write_json(
             args.json,
@@ -168,6 +187,8 @@ def _run(args: argparse.Namespace) -> int:
                 "requests": len(trace),
                 "duration_s": trace.duration_s,
                 "profile": cluster.profile.name,
+                "profile_auto": why,
+                "admission": {k: v for k, v in admitted.items() if k != "line"},
                 "slo_ttft_s": args.slo_ttft_s,
                 "cold_start": args.cold_start,
                 "price_per_gpu_hour": args.price_per_gpu_hour,
@@ -182,3 +203,58 @@ def _run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         plot(results, trace, args.plot, args.slo_ttft_s)
     return 0
+
+
+def auto_profile(total_tokens: Any) -> tuple[Any, str]:
+    """The first `AUTO_PROFILES` entry whose context (and KV cache) holds the trace's
+    99.9th-percentile request, and one line saying why."""
+    import numpy as np
+
+    from autoscaler.sim.replica import get_profile
+
+    need = int(np.ceil(np.quantile(total_tokens, AUTO_QUANTILE))) if len(total_tokens) else 0
+    for name in AUTO_PROFILES:
+        profile = get_profile(name)
+        room = min(profile.max_model_len, profile.kv_capacity_tokens)
+        if need <= room:
+            refused = float(np.mean(total_tokens > room)) if len(total_tokens) else 0.0
+            return profile, (
+                f"--profile auto: {name} (context {profile.max_model_len} tokens covers the "
+                f"trace's p99.9 request of {need} tokens; {refused:.2%} refused)"
+            )
+    largest = max(get_profile(n).max_model_len for n in AUTO_PROFILES)
+    raise ConfigError(
+        f"--profile: value 'auto' found no profile whose context covers the trace's p99.9 "
+        f"request of {need} tokens (largest: {largest}); name a profile explicitly"
+    )
+
+
+def admission_line(trace: Any, profile: Any, slo_ttft_s: float) -> dict[str, Any]:
+    """The trace's refused share (over ``max_model_len`` or the KV cache: vLLM's 400,
+    counted apart from misses) and its infeasible share (admitted, yet over the SLO even
+    alone on an idle replica: no fleet size serves them in time), as one line."""
+    import numpy as np
+
+    from autoscaler.sim.simulator import admission
+
+    rejected, infeasible = admission(trace, profile, slo_ttft_s)
+    n = len(trace)
+    n_rej = int(np.count_nonzero(rejected))
+    n_inf = int(np.count_nonzero(infeasible))
+    admitted = max(1, n - n_rej)
+    line = (
+        f"refused: {n_rej} of {n} requests ({n_rej / max(1, n):.1%}) exceed "
+        f"{profile.name}'s max_model_len {profile.max_model_len} (vLLM 400; not in "
+        f"GPU-hours or misses); infeasible at any size: {n_inf} of admitted "
+        f"({n_inf / admitted:.1%}) miss TTFT {slo_ttft_s:g} s alone on an idle replica"
+    )
+    if n_rej and n_rej / max(1, n) >= 0.01:
+        line = "WARNING " + line + "; try --profile auto"
+    return {
+        "line": line,
+        "requests": n,
+        "refused": n_rej,
+        "refused_share": round(n_rej / max(1, n), 5),
+        "infeasible": n_inf,
+        "infeasible_share_of_admitted": round(n_inf / admitted, 5),
+    }

@@ -11,8 +11,8 @@ apply unchanged. When the current rate is ~0 (idle) the ratio is undefined, so t
 learned load per unit of rate (Little's law: running = rate x time in system) is used.
 KV usage forecasts may exceed 1: that means "more than the current replicas hold".
 
-This class holds mutable state (one forecaster cell per signal, `cells`: the frozen
-models' arithmetic in place); it never reads the clock.
+This class holds mutable state (the current frozen model of each signal); it never
+reads the clock.
 """
 
 from __future__ import annotations
@@ -28,16 +28,9 @@ from typing import Literal, Protocol
 from autoscaler.domain import FRACTION_SIGNALS, Forecast
 from autoscaler.forecast.auto import Auto
 from autoscaler.forecast.capacity import CapacityEstimator
-from autoscaler.forecast.cells import (
-    AutoCell,
-    EwmaCell,
-    ForecasterCell,
-    RatioCell,
-    SharedEwmaCell,
-    cell_of,
-)
 from autoscaler.forecast.coldstart import ColdStartEstimator
 from autoscaler.forecast.models import Ewma, Forecaster, Holt, Seasonal
+from autoscaler.forecast.regime import RegimeEstimator
 from autoscaler.forecast.robust import check_finite, check_positive
 
 _isfinite = math.isfinite
@@ -143,13 +136,13 @@ class Planner:
 
     def __init__(self, config: PlannerConfig | None = None) -> None:
         self.config = config if config is not None else PlannerConfig()
-        # the state of every smoothed series, advanced in place (`cells`)
-        self._models: dict[str, ForecasterCell] = {}
-        self._loads: dict[str, EwmaCell] = {}
+        # the state of every smoothed series (frozen models, replaced each tick)
+        self._models: dict[str, Forecaster] = {}
+        self._loads: dict[str, Ewma] = {}
         self.latest_load: dict[str, float] = {}
-        # load signal per unit of driver rate: smoothed load, smoothed rate (the rates of
-        # signals fed together are one cell, advanced once per tick)
-        self._intensity: dict[str, RatioCell] = {}
+        # load signal per unit of driver rate: (smoothed load, smoothed rate). Signals fed
+        # the same rates hold the same rate object, so it is advanced once per tick.
+        self._intensity: dict[str, tuple[Ewma, Ewma]] = {}
         self.cold_start = ColdStartEstimator(
             prior_s=self.config.cold_start_prior_s,
             min_pods_to_learn=self.config.min_pods_to_learn,
@@ -159,6 +152,7 @@ class Planner:
             slo_s=self.config.slo_s,
             latency_signal=self.config.latency_signal,
         )
+        self.regime = RegimeEstimator()
         self.last_t: float | None = None
         self._numbers: dict[str, float] = {}
         self._pool_peaks: deque[tuple[float, int]] = deque()
@@ -187,7 +181,6 @@ class Planner:
         horizon = self.horizon_s()
         config = self.config
         models = self._models
-        # Each value is checked here once (finite, >= 0; t above), so the cells `take` it.
         for name in config.rate_signals:
             value = signals.get(name)
             if value is None:
@@ -196,23 +189,15 @@ class Planner:
                 _checked(name, value)
             model = models.get(name)
             if model is None:
-                model = cell_of(
-                    make_forecaster(
-                        config.forecaster,
-                        horizon_s=horizon,
-                        period_s=config.season_period_s,
-                        bins=config.season_bins,
-                    )
+                model = make_forecaster(
+                    config.forecaster,
+                    horizon_s=horizon,
+                    period_s=config.season_period_s,
+                    bins=config.season_bins,
                 )
-                if type(model) is AutoCell:
-                    model.take(t, value, horizon)
-                else:
-                    model.take(t, value)
-                models[name] = model  # stored once its first sample was valid
-            elif type(model) is AutoCell:
-                model.take(t, value, horizon)
-            else:
-                model.take(t, value)
+            if type(model) is Auto:
+                model = model.with_horizon(horizon)
+            models[name] = model.update(t, value)  # stored once its sample was valid
         loads = self._loads
         latest = self.latest_load
         present: list[str] = []
@@ -224,11 +209,8 @@ class Planner:
                 _checked(name, value)
             load = loads.get(name)
             if load is None:
-                load = EwmaCell(Ewma(tau_s=config.load_tau_s))
-                load.take(t, value)
-                loads[name] = load
-            else:
-                load.take(t, value)
+                load = Ewma(tau_s=config.load_tau_s)
+            loads[name] = load.update(t, value)
             latest[name] = value
             present.append(name)
         driver = self._driver()
@@ -238,74 +220,62 @@ class Planner:
             self._update_intensity(t, rate_now, present, signals)
         if ready_replicas is not None:
             self.capacity = self.capacity.observe(t, ready_replicas, signals)
+        demand = self._demand_replicas(signals)
+        if demand is not None:
+            self.regime.observe(t, demand)
         self.last_t = t
+
+    def _demand_replicas(self, signals: Mapping[str, float]) -> float | None:
+        """Replicas the signals ask for at the per-replica capacities (the policy's
+        AverageValue targets, `capacity_fallback`): the largest; None without any."""
+        demand: float | None = None
+        for name, cap in self.config.capacity_fallback.items():
+            value = signals.get(name)
+            if value is not None and cap > 0:
+                need = value / cap
+                if demand is None or need > demand:
+                    demand = need
+        return demand
 
     def _update_intensity(
         self, t: float, rate_now: float, present: list[str], signals: Mapping[str, float]
     ) -> None:
-        """Advance each present signal's (load, rate) pair. The rate cell is shared by the
-        signals fed the same rates (every load signal, in steady state), so it advances
-        once; a signal whose history differs (it was missing) gets its own copy first."""
-        cells = self._intensity
-        nums: list[RatioCell] = []
+        """Advance each present signal's (load, rate) pair. Pairs fed the same rates hold
+        the same rate model (a new pair starts from the shared `_INTENSITY`), so it is
+        advanced once per distinct history."""
+        pairs = self._intensity
+        advanced: dict[int, Ewma] = {}
         for name in present:
-            num = cells.get(name)
-            if num is None:
-                num = cells[name] = RatioCell(_INTENSITY)
-            num.take(t, signals[name])
-            nums.append(num)
-        den = nums[0].den
-        if den is not None and den.users == len(nums):
-            for num in nums:
-                if num.den is not den:
-                    break
-            else:  # steady state: every reader of the shared cell was fed
-                den.take(t, rate_now)
-                return
-        wanted: dict[SharedEwmaCell | None, int] = {}
-        for num in nums:
-            wanted[num.den] = wanted.get(num.den, 0) + 1
-        advanced: dict[SharedEwmaCell | None, SharedEwmaCell] = {}
-        for old, users in wanted.items():
-            if old is None:
-                new = SharedEwmaCell(_INTENSITY, users)
-            elif users == old.users:
-                new = old
-            else:
-                new = old.split(users)
-            new.take(t, rate_now)
-            advanced[old] = new
-        for num in nums:
-            num.den = advanced[num.den]
+            num, den = pairs.get(name, (_INTENSITY, _INTENSITY))
+            new_den = advanced.get(id(den))
+            if new_den is None:
+                new_den = advanced[id(den)] = den.update(t, rate_now)
+            pairs[name] = (num.update(t, signals[name]), new_den)
 
     @property
     def models(self) -> dict[str, Forecaster]:
-        """The forecaster of each rate signal, as its frozen model (a snapshot)."""
-        return {name: cell.snapshot() for name, cell in self._models.items()}
+        """The forecaster of each rate signal (frozen models)."""
+        return dict(self._models)
 
     @property
     def loads(self) -> dict[str, Ewma]:
-        """The smoothed load signals, as frozen models (a snapshot)."""
-        return {name: cell.snapshot() for name, cell in self._loads.items()}
+        """The smoothed load signals (frozen models)."""
+        return dict(self._loads)
 
     @property
     def intensity(self) -> dict[str, tuple[Ewma, Ewma]]:
-        """Per load signal, its smoothed value and the smoothed driver rate (a snapshot)."""
-        out: dict[str, tuple[Ewma, Ewma]] = {}
-        for name, num in self._intensity.items():
-            assert num.den is not None
-            out[name] = (num.snapshot(), num.den.snapshot())
-        return out
+        """Per load signal, its smoothed value and the smoothed driver rate."""
+        return dict(self._intensity)
 
     def intensity_of(self, name: str) -> float | None:
         """Learned load signal per unit of driver rate (e.g. running per request/s)."""
-        num = self._intensity.get(name)
-        if num is None or num.level is None or num.den is None:
+        pair = self._intensity.get(name)
+        if pair is None or pair[0].level is None:
             return None
-        rate = num.den.level
+        rate = pair[1].level
         if not rate:
             return None
-        return num.level / rate
+        return pair[0].level / rate
 
     def _driver(self) -> str | None:
         """The first configured rate signal with data: it drives the load forecasts."""
@@ -378,6 +348,7 @@ class Planner:
             model=model,
             # learned_capacities(caps)
             capacity_per_replica=MappingProxyType({n: c for n, c in caps.items() if flags[n]}),
+            regime=MappingProxyType(self.regime.numbers()),
         )
 
     def learned_capacities(self, caps: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -463,10 +434,10 @@ class Planner:
             now = models_now[name]
             if now is not None:
                 n[_NOW[name]] = now
-            if type(model) is AutoCell:
+            if type(model) is Auto:
                 abs_actual = model.abs_actual
                 if model.scored and abs_actual > 0:  # Auto.errors(), inline
-                    keys = _WAPE.row(name, model.candidate_names)
+                    keys = _WAPE.row(name, tuple(c.name for c in model.candidates))
                     for key, err in zip(keys, model.abs_error, strict=True):
                         n[key] = err / abs_actual
         for name, level in loads_now.items():

@@ -122,63 +122,21 @@ class InnovationFilter:
     run_sign: int = 0
     run_start_t: float | None = None
 
-    def clip(self, t: float, dt_s: float, innovation: float, level: float) -> tuple[float, bool]:
-        """The innovation to apply and whether it was clipped (no state change)."""
-        scale = self._band_scale(level)
-        if scale is None:
-            return innovation, False
-        bound = self.params.huber_k * scale
-        if abs(innovation) <= bound:
-            return innovation, False
-        sign = 1 if innovation > 0 else -1
-        if (
-            self.run_sign == sign
-            and self.run_start_t is not None
-            and t - self.run_start_t >= self.params.confirm_s
-        ):
-            return innovation, False  # confirmed level shift: adopt it
-        return math.copysign(bound, innovation), True
-
-    def update(self, t: float, dt_s: float, innovation: float, level: float) -> InnovationFilter:
-        """Advance the scale and the outlier run after a sample at ``t``."""
-        scale = self._band_scale(level)
-        if scale is None:
-            return evolve(self, scale=abs(innovation))
-        bound = self.params.huber_k * scale
-        outlier = abs(innovation) > bound
-        sign = 0 if not outlier else (1 if innovation > 0 else -1)
-        if outlier and sign == self.run_sign and self.run_start_t is not None:
-            run_start = self.run_start_t
-        elif outlier:
-            run_start = t
-        else:
-            run_start = None
-        confirmed = run_start is not None and t - run_start >= self.params.confirm_s
-        # Outliers feed the scale only up to the band unless confirmed, so spikes cannot
-        # widen the band, while a real regime change widens it at once.
-        magnitude = abs(innovation) if confirmed else min(abs(innovation), bound)
-        assert self.scale is not None
-        w = decay(dt_s, self.params.scale_tau_s)
-        return evolve(
-            self,
-            scale=self.scale + w * (magnitude - self.scale),
-            run_sign=sign,
-            run_start_t=run_start,
-        )
-
     def step(
         self, t: float, dt_s: float, innovation: float, level: float
     ) -> tuple[float, InnovationFilter]:
-        """``(clip(...)[0], update(...))`` in one pass, bit for bit (the band is computed
-        once and the new state built directly: issue 16, a third of a planner tick).
+        """The innovation to apply after a sample at ``t`` and the filter's next state.
 
-        Copied inline in forecast/cells.py (`_Filtered._step`, `EwmaCell.take`): change
-        them together (tests/forecast/test_cells.py checks they agree bit for bit)."""
+        The innovation is clipped to ``huber_k`` times the band (the robust scale, floored
+        at ``min_scale_rel * |level|`` and ``min_scale_abs``) unless outliers of its sign
+        have run for ``confirm_s``. Outliers feed the scale only up to the band unless
+        confirmed, so spikes cannot widen the band, while a real regime change widens it
+        at once."""
         scale = self.scale
         if scale is None:
             return innovation, _evolve_filter(self, scale=abs(innovation))
         params = self.params
-        # max(scale, rel * |level|, abs), as _band_scale (same pick on ties)
+        # max(scale, rel * |level|, abs)
         band = scale
         floor = params.min_scale_rel * abs(level)
         if floor > band:
@@ -204,7 +162,7 @@ class InnovationFilter:
             else:
                 run_start = t
                 clipped = math.copysign(bound, innovation)
-                if not t - t >= params.confirm_s:
+                if params.confirm_s > 0.0:  # a new run is confirmed at once only at 0
                     magnitude = bound
         new = _new(InnovationFilter)
         _set(new, "params", params)
@@ -213,11 +171,6 @@ class InnovationFilter:
         _set(new, "run_sign", sign)
         _set(new, "run_start_t", run_start)
         return clipped, new
-
-    def _band_scale(self, level: float) -> float | None:
-        if self.scale is None:
-            return None
-        return max(self.scale, self.params.min_scale_rel * abs(level), self.params.min_scale_abs)
 
 
 _new = object.__new__

@@ -136,6 +136,19 @@ def _learned_spec(policy: Policy, obs: Observation) -> MetricSpec | None:
     return MetricSpec(signal=name, type="AverageValue", target=target)
 
 
+def _with_regime(policy: Policy, obs: Observation, up: Rules, down: Rules) -> tuple[Rules, Rules]:
+    """The scale-down window the learned regime asks for (`forecast.regime`: a steady
+    load holds longer, the count a fixed fleet would keep), when prediction is on; it
+    only ever lengthens the policy's own window."""
+    if not _prediction_on(policy, obs):
+        return up, down
+    assert obs.forecast is not None
+    hold = obs.forecast.regime.get("regime.scale_down_window_s")
+    if hold is None or not hold > down.stabilization_window_s:
+        return up, down
+    return up, replace(down, stabilization_window_s=int(hold))
+
+
 def _recommend(
     policy: Policy, obs: Observation, up: Rules, down: Rules
 ) -> tuple[list[MetricRecommendation], float, bool]:
@@ -370,7 +383,7 @@ def decide(
     policy: Policy, obs: Observation, state: DecisionState, now: float
 ) -> tuple[Decision, DecisionState]:
     """One reconcile of one target. See the module docstring for the rules."""
-    up, down = resolve(policy.behavior)
+    up, down = _with_regime(policy, obs, *resolve(policy.behavior))
     cur = obs.current_replicas
     state = _observe_change(state, cur, now)
     state = _prune(state, policy, up, down, now)
@@ -392,6 +405,7 @@ def decide(
             numbers[intern(f"forecast.{name}")] = value
         for name, value in obs.forecast.capacity_per_replica.items():
             numbers[intern(f"capacity.{name}.per_replica")] = value
+        numbers.update(obs.forecast.regime)
     active = any(r.active for r in recs)
     if active:
         state = replace(state, last_active_t=now)

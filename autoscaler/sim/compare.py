@@ -7,9 +7,12 @@ vLLM's 400s). When the goal is above the trace's feasible ceiling (the share of 
 requests that meet the SLO alone on an idle replica), no fleet can meet it: sizing then
 aims at ``goal x ceiling`` and says so (`StaticSizing.note`), never a silent cap.
 
-Dynamic policies start from a Deployment already sized for the first five minutes of load
-(``ceil(static * rate(first 5 min) / rate(peak 5 min))``, at least 1, at most static), as
-if they had been running before the trace began.
+Same start for everyone: every policy enters the trace at the count it would itself hold
+for the opening load, its pods Ready and billed from t = 0. A fixed fleet holds its size.
+A dynamic policy's count is where it settles over a pre-roll: the trace's first
+``PREROLL_S`` replayed against it from one Ready replica, then from where that ended
+(`settled_replicas`). No policy's start depends on another's size (static-peak's
+included).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ from autoscaler.sim.simulator import Autoscaler, SimResult, admission, simulate
 from autoscaler.sim.traces import Trace
 
 MAX_STATIC_REPLICAS = 256
+PREROLL_S = 900.0  # longer than ours' 450 s scale-down window plus a ramp from one replica
+PREROLL_PASSES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,13 +165,31 @@ def size_static(trace: Trace, cfg: CompareConfig, max_n: int = MAX_STATIC_REPLIC
     return static_sizing(trace, cfg, max_n).replicas
 
 
-def initial_replicas(trace: Trace, static_n: int) -> int:
-    """Replicas for the first five minutes' load: the static size scaled by the first five
-    minutes' arrival rate over the peak five minutes' (at least 1, at most ``static_n``)."""
-    rate = trace.rate_per_s(300.0)
-    if len(rate) == 0 or rate.max() <= 0:
-        return 1
-    return min(static_n, max(1, math.ceil(static_n * float(rate[0]) / float(rate.max()))))
+def settled_replicas(
+    trace: Trace,
+    make: Callable[[int], Autoscaler],
+    cluster: ClusterConfig,
+    slo_ttft_s: float,
+    seed: int = 0,
+) -> int:
+    """The count the policy ``make(initial)`` builds settles on over the pre-roll: the
+    trace's first `PREROLL_S` replayed against it from one Ready replica, then again from
+    where that ended (so the ramp from one replica and the backlog it built do not count),
+    up to `PREROLL_PASSES` times until the count repeats. A fixed fleet: its size. Where
+    a policy enters the trace (the same rule for every policy)."""
+    if isinstance(fixed := make(1), StaticPeak):
+        return fixed.replicas
+    head = trace.window(0.0, PREROLL_S)
+    count = 1
+    for _ in range(PREROLL_PASSES):
+        res = simulate(
+            head, make(count), cluster, slo_ttft_s=slo_ttft_s, seed=seed, stop_at_s=PREROLL_S
+        )
+        settled = max(1, res.timeline_spec[-1]) if res.timeline_spec else count
+        if settled == count:
+            break
+        count = settled
+    return count
 
 
 def parse_static_sweep(spec: str) -> list[int]:
@@ -241,10 +264,13 @@ def run_comparison(
         _, ceiling, target = _sizing_target(trace, cfg)
         sizing = StaticSizing(cfg.static_replicas, cfg.slo_goal, ceiling, target, None, None)
     static_n = sizing.replicas
-    initial = initial_replicas(trace, static_n)
     results: list[SimResult] = []
     for name in names:
-        policy = build_policy(name, static_n, initial, cfg)
+
+        def make(initial: int, name: str = name) -> Autoscaler:
+            return build_policy(name, static_n, initial, cfg)
+
+        policy = make(settled_replicas(trace, make, cfg.cluster, cfg.slo_ttft_s, cfg.seed))
 
         def report(frac: float, name: str = name) -> None:
             if progress is not None:

@@ -372,3 +372,32 @@ def long_context_chat(seed: int = 0, duration_s: float = 3600.0) -> Trace:
     output = _truncated_lognormal(rng, n, 200.0, 1.03, 4096)
     output = np.minimum(output, 131_072 - prompt)
     return _make("long-context chat (synthetic)", np.sort(arrival), prompt, output)
+
+
+def mixed_rag_chat(seed: int = 0, duration_s: float = 3 * 3600.0) -> Trace:
+    """A synthesized mixed RAG + chat service (issue 36's scenario nobody tuned on).
+
+    Two request classes: chat (70%: prompts uniform 1-2k tokens) and RAG (30%: prompts
+    uniform 20-60k tokens, retrieved context); outputs log-normal median 200, sigma 0.8
+    for both. Arrivals Poisson under a slow diurnal swing (cosine from 0.4 of the peak at
+    t = 0 to the peak after ``duration_s``: the morning ramp of a 2 x ``duration_s``
+    day) at 150 requests/min at the peak, times 5-minute bursts at 2.5x the rate that
+    start as a Poisson process (one per 20 minutes on average)."""
+    if not duration_s > 0:
+        raise ConfigError(f"duration_s: value {duration_s} must be > 0")
+    rng = np.random.default_rng(seed)
+    t = np.arange(0.0, duration_s, 1.0)
+    swing = 0.4 + 0.6 * (1.0 - np.cos(math.pi * t / duration_s)) / 2.0
+    burst = np.ones_like(t)
+    starts = np.cumsum(rng.exponential(1200.0, size=int(duration_s / 600.0) + 4))
+    for s in starts[starts < duration_s]:
+        burst[(t >= s) & (t < s + 300.0)] = 2.5
+    counts = rng.poisson(150.0 / 60.0 * swing * burst)
+    arrival = np.sort(np.repeat(t, counts) + rng.uniform(0.0, 1.0, size=int(counts.sum())))
+    n = len(arrival)
+    rag = rng.random(n) < 0.3
+    prompt = np.where(
+        rag, rng.integers(20_000, 60_001, size=n), rng.integers(1_000, 2_001, size=n)
+    ).astype(np.int64)
+    output = _truncated_lognormal(rng, n, 200.0, 0.8, 4096)
+    return _make("mixed RAG + chat (synthetic)", arrival, prompt, output)

@@ -7,7 +7,13 @@ Re-recorded once on purpose (2026-12-03): the capacity books now keep their samp
 float32 (`autoscaler/forecast/capacity.py`). Compared tick by tick with the recording
 before: the same 31 scale writes and warm-pool sizes, every decision's replicas, reasons
 and messages the same; only the learned capacity numbers (and the metric targets made
-from them) moved, by at most 3.1e-8 relative."""
+from them) moved, by at most 3.1e-8 relative.
+
+Re-recorded on purpose (issue 36): decisions made with prediction on carry the learned
+load regime as ``regime.*`` numbers (`forecast/regime.py`). Compared with the recording
+before, with those numbers left out: every chunk and last decision equal, the same scale
+writes, warm-pool sizes and /metrics series (no golden target turns steady long enough
+to change a decision)."""
 
 from __future__ import annotations
 

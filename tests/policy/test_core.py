@@ -574,3 +574,34 @@ def test_prediction_disabled_ignores_forecast_and_learned_capacity() -> None:
     assert decision.desired_replicas == 2
     assert not any(m.learned for m in decision.metrics)
     assert "forecast_horizon_s" not in decision.numbers
+
+
+def _regime_run(regime: Mapping[str, float], prediction: bool) -> list[int]:
+    """8 replicas asked for at t=0, 1 afterwards; the forecast carries ``regime``."""
+    policy = validate_policy(
+        {**WAITING4, "maxReplicaCount": 20, **({"prediction": {}} if prediction else {})}
+    )
+    state = DecisionState()
+    cur, out = 8, []
+    for t, waiting in ((0.0, 32.0), (100.0, 4.0), (301.0, 4.0), (1000.0, 4.0)):
+        forecast = Forecast(90.0, {}, regime=regime)
+        obs = Observation(t, cur, cur, {"waiting": waiting}, forecast=forecast)
+        decision, state = decide(policy, obs, state, t)
+        cur = decision.desired_replicas
+        out.append(cur)
+    return out
+
+
+def test_a_steady_regime_holds_for_its_longer_scale_down_window_and_reports_it() -> None:
+    steady = {"regime.steady": 1.0, "regime.scale_down_window_s": 1200.0}
+    assert _regime_run({}, prediction=True) == [8, 8, 1, 1]  # the policy's 300 s
+    assert _regime_run(steady, prediction=True) == [8, 8, 8, 8]  # held 1200 s
+    # without prediction the learned regime is not used (nothing learned it)
+    assert _regime_run(steady, prediction=False) == [8, 8, 1, 1]
+    # a regime never shortens the policy's own window
+    short = {"regime.steady": 1.0, "regime.scale_down_window_s": 60.0}
+    assert _regime_run(short, prediction=True) == [8, 8, 1, 1]
+    policy = validate_policy({**WAITING4, "prediction": {}})
+    obs = Observation(0.0, 2, 2, {"waiting": 4.0}, forecast=Forecast(90.0, {}, regime=steady))
+    decision, _ = decide(policy, obs, DecisionState(), 0.0)
+    assert decision.numbers["regime.steady"] == 1.0

@@ -343,3 +343,46 @@ def test_miss_budget_stops_a_failing_fleet_and_leaves_a_passing_one_alone() -> N
     same = simulate(trace, StaticPeak(1), CFG, slo_ttft_s=0.5, seed=0, miss_budget=misses)
     assert not same.stopped_early
     assert same.summary() | {"wall_s": 0} == full.summary() | {"wall_s": 0}
+
+
+def _long_prompt_trace(tmp_path: Path, long_every: int, n: int = 200) -> Path:
+    """``n`` requests of 1k prompt tokens, every ``long_every``-th of 20k (over 8k)."""
+    trace = tmp_path / f"long-{long_every}-{n}.jsonl"
+    rows = [
+        {
+            "timestamp": int(i * 600_000 / n),
+            "input_length": 20_000 if i % long_every == 0 else 1000,
+            "output_length": 40,
+        }
+        for i in range(n)
+    ]
+    trace.write_text("\n".join(json.dumps(r) for r in rows))
+    return trace
+
+
+def test_cli_summary_names_the_refused_share_over_max_model_len(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _long_prompt_trace(tmp_path, long_every=4)
+    out = tmp_path / "r.json"
+    argv = ["simulate", "--trace", str(trace), "--policy", "static-peak", "--quiet"]
+    assert main([*argv, "--json", str(out)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "refused:" in x)
+    assert "WARNING refused: 50 of 200 requests (25.0%)" in line
+    assert "max_model_len 8192" in line and "--profile auto" in line
+    assert json.loads(out.read_text())["admission"]["refused"] == 50
+
+
+def test_cli_profile_auto_picks_a_context_that_covers_the_p999_request_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    long = _long_prompt_trace(tmp_path, long_every=4)
+    argv = ["simulate", "--policy", "static-peak", "--quiet", "--profile", "auto"]
+    assert main([*argv, "--trace", str(long)]) == 0
+    out = capsys.readouterr().out
+    assert "--profile auto: 8b-h100-128k" in out and "refused: 0 of 200" in out
+    short = _long_prompt_trace(tmp_path, long_every=10_000, n=2000)  # request 0 is long
+    assert main([*argv, "--trace", str(short)]) == 0
+    # one long request in 2000 is above the 99.9th percentile: the 8k profile
+    out = capsys.readouterr().out
+    assert "--profile auto: 8b-h100 " in out

@@ -107,3 +107,23 @@ def test_shared_conv_trace_loads_whole() -> None:
     t = load_trace(TRACES / "AzureLLMInferenceTrace_conv.csv.gz")
     assert len(t) == 19_366
     assert t.duration_s == pytest.approx(3501.7, abs=0.1)
+
+
+def test_mixed_rag_chat_is_seeded_bimodal_and_bursty() -> None:
+    from autoscaler.sim.traces import mixed_rag_chat
+
+    a, b = mixed_rag_chat(seed=4, duration_s=3600.0), mixed_rag_chat(seed=4, duration_s=3600.0)
+    assert np.array_equal(a.arrival_s, b.arrival_s)
+    assert np.array_equal(a.prompt_tokens, b.prompt_tokens)
+    rag = a.prompt_tokens >= 20_000
+    assert 0.25 < rag.mean() < 0.35
+    assert a.prompt_tokens[rag].max() <= 60_000
+    chat = a.prompt_tokens[~rag]
+    assert chat.min() >= 1_000 and chat.max() <= 2_000
+    day = mixed_rag_chat(seed=0)  # the benchmark's 3 h
+    per_min = np.bincount((day.arrival_s // 60).astype(int), minlength=180)[:180]
+    mid = np.arange(180) * 60.0 + 30.0
+    swing = 150.0 * (0.4 + 0.6 * (1.0 - np.cos(np.pi * mid / 10_800.0)) / 2.0)
+    over = per_min / swing
+    assert np.median(over) == pytest.approx(1.0, abs=0.15)  # the swing, outside bursts
+    assert (over > 2.0).sum() >= 3  # minutes inside 5-minute bursts at 2.5x

@@ -1,0 +1,35 @@
+"""The load regime a decision was made in, in words (for status, Events and `decide`).
+
+The planner learns the regime (`forecast.regime`) and hands it to the decision as
+``regime.*`` numbers; this renders them. A status condition can carry the sentence:
+``describe(decision.numbers)`` (None when the decision had no forecast).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+def describe(numbers: Mapping[str, float]) -> str | None:
+    """One sentence on the regime a decision's numbers show, and why (None without)."""
+    if "regime.steady" not in numbers:
+        return None
+    spread = numbers["regime.level_range_replicas"]
+    window_min = numbers["regime.window_s"] / 60.0
+    level = numbers["regime.level_replicas"]
+    burst = numbers.get("regime.burst_replicas", 0.0)
+    if numbers["regime.steady"] == 1.0:
+        hold_min = numbers.get("regime.scale_down_window_s", 0.0) / 60.0
+        return (
+            f"steady: the smoothed demand ({level:.1f} replicas) moved {spread:.2f} replicas "
+            f"over {window_min:.0f} min while bursts rose {burst:.1f} replicas above it: "
+            f"holding a constant count (scale-down after {hold_min:.0f} min) beats chasing "
+            "bursts"
+        )
+    return (
+        f"following: the smoothed demand ({level:.1f} replicas) moved {spread:.2f} replicas "
+        f"over the last {window_min:.0f} min, bursts {burst:.1f} replicas above it (steady "
+        "needs about one replica or less of movement, bursts of two or more, and "
+        f"{window_min:.0f} min of history): the count follows the load under the policy's "
+        "windows"
+    )

@@ -1,0 +1,89 @@
+"""The load regime learned from a target's own history (`forecast.regime`, issue 36)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from autoscaler.forecast.planner import Planner, PlannerConfig
+from autoscaler.forecast.regime import RegimeConfig, RegimeEstimator
+from autoscaler.policy.regime import describe
+
+
+def _feed(est: RegimeEstimator, seconds: int, level: float, noise: float, t0: int = 0) -> None:
+    rng = random.Random(7)
+    for t in range(t0, t0 + seconds):
+        burst = 3.0 if t % 240 < 20 else 0.0  # 20 s bursts every 4 min, far above the level
+        est.observe(float(t), max(0.0, level + noise * rng.gauss(0.0, 1.0) + burst))
+
+
+def test_a_constant_level_with_noise_and_short_bursts_is_steady_after_one_window() -> None:
+    est = RegimeEstimator()
+    _feed(est, 1700, level=3.0, noise=0.8)
+    assert not est.steady  # less history than the window: following
+    _feed(est, 1000, level=3.0, noise=0.8, t0=1700)
+    assert est.steady
+    numbers = est.numbers()
+    assert numbers["regime.steady"] == 1.0
+    assert numbers["regime.scale_down_window_s"] == RegimeConfig().hold_window_s
+    assert numbers["regime.level_range_replicas"] < 1.0
+
+
+def test_a_level_that_moves_more_than_one_replica_is_followed() -> None:
+    est = RegimeEstimator()
+    for t in range(4000):  # a daily ramp, compressed: 2 -> 8 replicas
+        est.observe(float(t), 5.0 - 3.0 * math.cos(2 * math.pi * t / 8000.0))
+    assert not est.steady
+    assert "regime.scale_down_window_s" not in est.numbers()
+    assert est.numbers()["regime.level_range_replicas"] > 1.0
+
+
+def _spike(t: int) -> float:
+    """A 3-replica burst of 10 s every 4 minutes."""
+    return 3.0 if t % 240 < 10 else 0.0
+
+
+def test_a_flat_level_without_bursts_is_followed() -> None:
+    est = RegimeEstimator()
+    for t in range(4000):
+        est.observe(float(t), 1.5 + 0.3 * ((t * 7919) % 11) / 11)  # noise < 2 replicas
+    assert not est.steady
+    assert est.numbers()["regime.level_range_replicas"] < 1.0
+
+
+def test_leaving_steady_takes_a_wider_range_than_entering_it() -> None:
+    cfg = RegimeConfig(window_s=600.0, level_tau_s=60.0, burst_replicas=0.0)  # no burst gate
+    held = RegimeEstimator(cfg)
+    for t in range(1200):
+        held.observe(float(t), 4.0)
+    assert held.steady
+    fresh = RegimeEstimator(cfg)
+    for t in range(1200, 2400):  # both see a drift of 1.2 replicas per window
+        value = 4.0 + 0.002 * (t - 1200)
+        held.observe(float(t), value)
+        fresh.observe(float(t), value)
+        assert held.steady  # 1.2 <= 1.5: it stays
+    assert not fresh.steady  # 1.2 > 1.0: it never enters
+
+
+def test_bad_demand_is_an_error_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="demand_replicas"):
+        RegimeEstimator().observe(0.0, -1.0)
+    with pytest.raises(ValueError, match="leave_range_replicas"):
+        RegimeConfig(steady_range_replicas=2.0, leave_range_replicas=1.0)
+
+
+def test_the_planner_judges_the_demand_at_the_policy_s_per_replica_targets() -> None:
+    planner = Planner(PlannerConfig(capacity_fallback={"running": 32.0, "waiting": 4.0}))
+    for t in range(2000):  # 2 replicas of running, bursts to 6 for 10 s every 5 min
+        running = 192.0 if t % 300 < 10 else 64.0
+        planner.update(float(t), {"running": running, "waiting": 1.0})
+    forecast = planner.forecast(2000.0)
+    assert forecast.regime["regime.steady"] == 1.0
+    assert forecast.regime["regime.level_replicas"] == pytest.approx(68.3 / 32.0, rel=0.05)
+    assert forecast.regime["regime.burst_replicas"] > 3.0
+    text = describe(dict(forecast.regime))
+    assert text is not None and text.startswith("steady:")
+    assert describe({}) is None

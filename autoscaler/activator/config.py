@@ -91,11 +91,22 @@ class TargetConfig(_Strict):
 
 
 class ControllerLink(_Strict):
-    """Where the activator pushes held counts (the controller's REST server)."""
+    """Where the activator pushes held counts: the controller's REST server. ``service``:
+    every Ready pod of the controller's Service (from its EndpointSlices), since each
+    replica decides and only the leader writes; ``url``: one address."""
 
     url: str | None = Field(None, pattern=r"^https?://")
+    service: str | None = Field(None, pattern=_NAME, max_length=63)
+    namespace: str = Field("llm-autoscaler", pattern=_NAME, max_length=63)
+    port: int = Field(8080, ge=1, le=65535)
     token_file: str | None = Field(None, alias="tokenFile")
     resend_s: float = Field(1.0, gt=0, le=60, alias="resendS")
+
+    @model_validator(mode="after")
+    def _one(self) -> ControllerLink:
+        if self.url is not None and self.service is not None:
+            raise ValueError("set at most one of 'url' or 'service'")
+        return self
 
 
 class ActivatorConfig(_Strict):

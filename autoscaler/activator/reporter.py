@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -31,7 +31,7 @@ Counts = Mapping[str, tuple[int, int]]  # "namespace/name" -> (held, in_flight)
 class HeldReporter:
     def __init__(
         self,
-        url: str,
+        urls: Callable[[], Sequence[str]],
         identity: str,
         counts: Callable[[], Counts],
         *,
@@ -40,7 +40,7 @@ class HeldReporter:
         timeout_s: float = 2.0,
         session: aiohttp.ClientSession | None = None,
     ) -> None:
-        self.url = url.rstrip("/") + HELD_PATH
+        self.urls = urls  # every controller replica (each decides; the leader writes)
         self.identity = identity
         self._counts = counts
         self._token = token
@@ -76,12 +76,16 @@ class HeldReporter:
             "targets": targets,
         }
 
-    async def _post(self, body: dict[str, Any]) -> bool:
+    async def _post_all(self, body: dict[str, Any]) -> None:
+        await asyncio.gather(*(self._post(u, body) for u in self.urls()))
+
+    async def _post(self, base: str, body: dict[str, Any]) -> bool:
         assert self._session is not None
+        url = base.rstrip("/") + HELD_PATH
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         try:
             async with self._session.post(
-                self.url, json=body, headers=headers, timeout=self._timeout
+                url, json=body, headers=headers, timeout=self._timeout
             ) as resp:
                 if resp.status >= 300:
                     text = (await resp.text())[:300]
@@ -93,7 +97,7 @@ class HeldReporter:
         except (aiohttp.ClientError, TimeoutError, OSError) as err:
             self.failures += 1
             if self.failures == 1 or self.failures % 60 == 0:
-                log.warning("held report failed", url=self.url, error=str(err)[:300])
+                log.warning("held report failed", url=url, error=str(err)[:300])
             return False
 
     async def _run(self) -> None:
@@ -102,7 +106,7 @@ class HeldReporter:
                 async with asyncio.timeout(self.resend_s):
                     await self._dirty.wait()
             self._dirty.clear()
-            await self._post(self._body())
+            await self._post_all(self._body())
 
     async def stop(self) -> None:
         """Stop, then tell the controller this activator holds nothing any more."""
@@ -112,6 +116,6 @@ class HeldReporter:
                 await self._task
             self._task = None
         if self._session is not None:
-            await self._post(self._body(leaving=True))
+            await self._post_all(self._body(leaving=True))
             if self._own_session:
                 await self._session.close()

@@ -26,6 +26,8 @@ from autoscaler.logging import get_logger
 
 log = get_logger(__name__)
 
+CONTROLLER_KEY = "@controller"  # the controller's Service among the watched ones
+
 
 def default_identity() -> str:
     return os.environ.get("POD_NAME") or socket.gethostname()
@@ -53,7 +55,22 @@ class ActivatorProcess:
     reporter: HeldReporter | None = None
     sources: list[Any] = field(default_factory=list)
     _runner: web.AppRunner | None = None
+    _controllers: list[str] = field(default_factory=list)  # controller pods, "ip:port"
     _site: web.TCPSite | None = None
+
+    def _set_ready(self, key: str, ready: list[str]) -> None:
+        if key == CONTROLLER_KEY:
+            self._controllers = ready
+            assert self.reporter is not None
+            self.reporter.changed()  # a new controller replica learns the counts at once
+        elif self.activator is not None:
+            self.activator.set_ready(key, ready)
+
+    def _controller_urls(self) -> list[str]:
+        link = self.config.controller
+        if link.url:
+            return [link.url]
+        return [f"http://{ep}" for ep in self._controllers]
 
     @property
     def url(self) -> str:
@@ -62,11 +79,12 @@ class ActivatorProcess:
     async def start(self) -> None:
         self.activator = act = Activator(self.config)
         link = self.config.controller
-        if link.url:
+        if link.url or link.service:
             token = _read_token(link.token_file) if link.token_file else None
             self.reporter = HeldReporter(
-                link.url, self.identity, act.counts, token=token, resend_s=link.resend_s
-            )
+                self._controller_urls, self.identity, act.counts, token=token,
+                resend_s=link.resend_s,
+            )  # fmt: skip
             act.on_counts_change = self.reporter.changed
             self.reporter.start()
         fixed = {t.key: t.endpoints for t in self.config.targets if t.endpoints}
@@ -79,6 +97,8 @@ class ActivatorProcess:
             for t in self.config.targets
             if t.service is not None
         }
+        if link.service:
+            services[(link.namespace, link.service)] = (CONTROLLER_KEY, link.port)
         if services:
             if self.kube_api is None:
                 raise ConfigError(
@@ -90,7 +110,7 @@ class ActivatorProcess:
             slices = SliceEndpoints(
                 DiscoveryV1Api(self.kube_api).list_endpoint_slice_for_all_namespaces,
                 services,
-                act.set_ready,
+                self._set_ready,
             )
             slices.start()
             self.sources.append(slices)
@@ -109,7 +129,7 @@ class ActivatorProcess:
             port=self.port,
             targets=len(self.config.targets),
             identity=self.identity,
-            controller=link.url,
+            controller=link.url or f"{link.namespace}/{link.service}",
         )
 
     async def stop(self) -> None:

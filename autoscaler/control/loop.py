@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from autoscaler.control.clock import Clock, MonotonicClock
+from autoscaler.control.held import HeldCounts
 from autoscaler.control.ports import (
     AlwaysLeader,
     ClusterPort,
@@ -97,6 +98,11 @@ class ControlLoop:
         # Called once after every tick, before the sleep to the next one (`run` sets the
         # GC pacer here: autoscaler/commands/gc_pacing.py).
         self.after_tick: Callable[[], object] | None = None
+        # Requests held at the activators (control/held.py): added to the signals; a held
+        # request for a target at zero pokes it (`poke`) instead of waiting for its tick.
+        self.held: HeldCounts | None = None
+        self._poked: set[TargetRef] = set()
+        self._poke_tasks: set[asyncio.Task[Decision | None]] = set()
         state.loop.clock, state.loop.tick_interval_s = self.clock, tick_interval_s
 
     # -- targets --------------------------------------------------------------------------
@@ -215,6 +221,8 @@ class ControlLoop:
                 due_at[ref] = due_t
         if self.decides is not None:
             due = self._held_only(due)
+        if self._poked:  # being reconciled by a poke right now
+            due = [ref for ref in due if ref not in self._poked]
         for ref in due:
             if phased:
                 self._next_due[ref] = self._due_after(ref, due_at[ref], start)
@@ -231,6 +239,26 @@ class ControlLoop:
         self.state.loop.error = None
         self._loop_failures = 0
         return [d for d in results if d is not None]
+
+    def poke(self, ref: TargetRef) -> bool:
+        """Reconcile ``ref`` now, outside the tick (an activator holds a request for it:
+        Knative's activator poke). False when unknown, not decided here, or already
+        being poked; the tick skips a target while its poke runs."""
+        if ref not in self.state.targets or ref in self._poked:
+            return False
+        if self.decides is not None and not self.decides(ref):
+            return False
+        self._poked.add(ref)
+        task = asyncio.get_running_loop().create_task(self._poke(ref), name=f"poke/{ref}")
+        self._poke_tasks.add(task)
+        task.add_done_callback(self._poke_tasks.discard)
+        return True
+
+    async def _poke(self, ref: TargetRef) -> Decision | None:
+        try:
+            return await self._reconcile_guarded(ref, self.clock.now())
+        finally:
+            self._poked.discard(ref)
 
     def _held_only(self, due: list[TargetRef]) -> list[TargetRef]:
         """Targets another replica writes are not reconciled here: their decision state and
@@ -296,6 +324,8 @@ class ControlLoop:
         except AutoscalerError as err:
             # Missing data, never zero: the core holds replicas on an empty mapping.
             reading = SignalReading(signals={}, pods_read=0, errors=(str(err),))
+        if self.held is not None:
+            reading = self.held.adjust(spec.ref, view, reading)
         if reading.errors and self.observer is not None:
             self.observer.observe_scrape_error(spec.ref)
         if self.observer is not None:

@@ -33,9 +33,13 @@ def default_identity() -> str:
     return os.environ.get("POD_NAME") or socket.gethostname()
 
 
-def _read_token(path: str) -> str:
+def _read_token(path: str) -> str | None:
+    """The controller API token; a missing file means none (an optional Secret)."""
     try:
-        return Path(path).read_text(encoding="utf-8").strip()
+        return Path(path).read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        log.info("no controller token file; reporting without a token", path=path)
+        return None
     except OSError as err:
         raise ConfigError(
             f"controller.tokenFile: value {path!r}: cannot read ({err.strerror})"

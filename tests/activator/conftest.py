@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -41,3 +42,12 @@ async def start_activator() -> AsyncIterator[StartActivator]:
     yield start
     for proc in started:
         await proc.stop()
+
+
+async def drop(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel client requests still held and collect every outcome (no stray errors)."""
+    for t in tasks:
+        t.cancel()
+    for r in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(r, aiohttp.ClientResponse):
+            r.release()

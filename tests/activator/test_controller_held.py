@@ -25,7 +25,7 @@ from autoscaler.kube.localapi.server import LocalKubeAPI
 from autoscaler.kube.names import CRD_GROUP, CRD_PLURAL
 from autoscaler.policy.schema import load_policy
 from autoscaler.store.base import ScaleTargetRef, TargetSpec
-from tests.activator.conftest import StartActivator
+from tests.activator.conftest import StartActivator, drop
 from tests.support.waiting import until
 from tests.support.workloads import controller_settings, deployment
 
@@ -113,8 +113,7 @@ async def test_first_held_request_pokes_the_loop_and_scales_from_zero_sized_by_t
         assert "waiting=" in decision.message  # the held count is the waiting signal
         waiting = next(m for m in decision.metrics if m.signal == "waiting")
         assert waiting.value is not None and 1 <= waiting.value <= 3
-        for t in tasks:
-            t.cancel()
+        await drop(tasks)
     finally:
         await ctl.stop()
 
@@ -134,8 +133,7 @@ async def test_two_activators_are_summed_and_a_leaving_one_is_dropped(
         assert snapshot["act-a"]["targets"]["llm/llama"]["held"] == 2  # type: ignore[index]
         await b.stop()  # its held requests get a 503 and it says it is leaving
         await until(lambda: ctl.held.totals(REF) == (2, 0), 10, "only act-a left")  # type: ignore[union-attr]
-        for t in tasks:
-            t.cancel()
+        await drop(tasks)
     finally:
         await ctl.stop()
 
@@ -160,8 +158,7 @@ async def test_keda_stream_is_active_flips_on_the_first_held_request(
             assert (await stub.IsActive(ref)).result is True
             assert replicas(kube) == 0  # keda mode: KEDA activates, the controller never writes
             stream.cancel()
-            for t in tasks:
-                t.cancel()
+            await drop(tasks)
     finally:
         await ctl.stop()
 

@@ -10,7 +10,7 @@ import aiohttp
 
 from autoscaler.emulator import EmulatorFleet
 from autoscaler.emulator.server import EmulatedReplica
-from tests.activator.conftest import StartActivator
+from tests.activator.conftest import StartActivator, drop
 from tests.support.waiting import until
 
 MODEL = "tiny-model"
@@ -176,8 +176,7 @@ async def test_past_the_cap_429_with_retry_after(
         out = await r.json()
     assert r.status == 429 and r.headers["Retry-After"] == "5"
     assert "cap 2" in out["error"]["message"] and "ml/tiny" in out["error"]["message"]
-    for t in held:
-        t.cancel()
+    await drop(held)
 
 
 async def test_past_the_hold_timeout_503_naming_the_target_and_the_wait(

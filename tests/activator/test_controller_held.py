@@ -60,13 +60,12 @@ async def kube() -> AsyncIterator[LocalKubeAPI]:
 async def start_controller(kube: LocalKubeAPI, **kw: Any) -> Controller:
     ctl = Controller(controller_settings(leader_election=False, **kw), kube_api(kube), identity="c")
     await ctl.start()
-    await until(
-        lambda: (
-            ctl.state.status(REF) is not None and ctl.state.status(REF).last_decision is not None
-        ),
-        10,
-        "first tick",
-    )  # type: ignore[union-attr]
+
+    def decided() -> bool:
+        st = ctl.state.status(REF)
+        return st is not None and st.last_decision is not None
+
+    await until(decided, 10, "first tick")
     return ctl
 
 
@@ -146,7 +145,7 @@ async def test_keda_stream_is_active_flips_on_the_first_held_request(
     try:
         assert ctl.grpc is not None
         async with grpc.aio.insecure_channel(ctl.grpc.target) as channel:
-            stub = pb_grpc.ExternalScalerStub(channel)
+            stub = pb_grpc.ExternalScalerStub(channel)  # type: ignore[no-untyped-call]
             ref = pb.ScaledObjectRef(name="llama", namespace="llm")
             stream = stub.StreamIsActive(ref)
             first = await asyncio.wait_for(stream.read(), 5)

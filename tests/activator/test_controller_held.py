@@ -93,7 +93,7 @@ async def hold(http: aiohttp.ClientSession, url: str, n: int) -> list[asyncio.Ta
     return [asyncio.create_task(http.post(url + "/v1/completions", json=body)) for _ in range(n)]
 
 
-async def test_first_held_request_pokes_the_loop_and_scales_from_zero_sized_by_the_held_count(
+async def test_first_held_request_pokes_the_loop_and_scales_from_zero_held_count_as_waiting(
     kube: LocalKubeAPI, start_activator: StartActivator, http: aiohttp.ClientSession
 ) -> None:
     add_target_at_zero(kube)

@@ -106,7 +106,10 @@ async def test_first_held_request_pokes_the_loop_and_scales_from_zero_held_count
         act = await start_activator(activator_config(ctl))
         tasks = await hold(http, act.url, 3)
         await until(lambda: replicas(kube) >= 1, 10, "scaled from zero by the poke")
+        # the scale patch lands before the decision is published: wait for both
+        await until(lambda: len(st.history) > before, 10, "the poked decision published")
         decision = st.last_decision
+        assert decision is not None
         assert len(st.history) > before  # decided outside the 600 s polling interval
         assert decision.desired_replicas >= 1 and decision.reason == Reason.ACTIVATE
         assert "waiting=" in decision.message  # the held count is the waiting signal

@@ -112,7 +112,7 @@ class ControllerLink(_Strict):
 class ActivatorConfig(_Strict):
     defaults: Defaults = Defaults()
     controller: ControllerLink = ControllerLink()
-    targets: tuple[TargetConfig, ...] = Field(min_length=1)
+    targets: list[TargetConfig] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _unique(self) -> ActivatorConfig:

@@ -23,10 +23,12 @@ from prometheus_client import Gauge
 
 from autoscaler.api.app import create_app
 from autoscaler.api.connections import ConnectionLimits, connection_cap, raise_fd_limit
+from autoscaler.api.held import held_router
 from autoscaler.api.metrics import ControllerMetrics
 from autoscaler.api.security import ApiSettings
 from autoscaler.api.server import HttpServerHandle, serve_http
 from autoscaler.control.adapters import KubeCluster, PlannerAdapter, StatusWriterPort
+from autoscaler.control.held import HeldCounts, poke_at_zero
 from autoscaler.control.loop import ControlLoop
 from autoscaler.control.ports import AlwaysLeader, LeaderPort, SignalPort
 from autoscaler.control.signals import SourceSignals
@@ -103,6 +105,7 @@ class Controller:
     store: PolicyStore | None = None
     cache: ClusterCache | None = None
     cluster: KubeCluster | None = None
+    held: HeldCounts | None = None  # requests held at the activators (control/held.py)
     _tasks: TaskGroup = field(default_factory=lambda: TaskGroup("controller"))
     _shards_held: Gauge | None = None
     _shard_held: Gauge | None = None
@@ -279,7 +282,12 @@ class Controller:
             ),
         )
         self.loop.set_targets(await store.list(s.namespace))
-        app = http_app(self.state, store, ApiSettings.from_env(s), self.metrics)
+        # Activators push held counts; the first for a target at zero pokes the loop.
+        self.held = HeldCounts(self.loop.clock, poke_at_zero(self.state, self.loop.poke))
+        self.loop.held = self.held
+        api_settings = ApiSettings.from_env(s)
+        app = http_app(self.state, store, api_settings, self.metrics)
+        app.include_router(held_router(self.held, api_settings))
         soft, _ = raise_fd_limit()
         self.http = await serve_http(
             app,

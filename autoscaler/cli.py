@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 COMMANDS: tuple[str, ...] = (
+    "activator",
     "decide",
     "demo",
     "run",

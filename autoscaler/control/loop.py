@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from autoscaler.control.clock import Clock, MonotonicClock
+from autoscaler.control.held import HeldCounts
 from autoscaler.control.ports import (
     AlwaysLeader,
     ClusterPort,
@@ -115,6 +116,11 @@ class ControlLoop:
         self._summary = {"decisions": 0, "logged": 0}
         self._summary_t = self.clock.now()
         self._loop_failures = 0  # consecutive loop failures (restart backoff exponent)
+        # Requests held at the activators (control/held.py): added to the signals; a held
+        # request for a target at zero pokes it (`poke`) instead of waiting for its tick.
+        self.held: HeldCounts | None = None
+        self._poked: set[TargetRef] = set()
+        self._poke_tasks: set[asyncio.Task[Decision | None]] = set()
         state.loop.clock, state.loop.tick_interval_s = self.clock, tick_interval_s
 
     # -- targets --------------------------------------------------------------------------
@@ -235,8 +241,8 @@ class ControlLoop:
                 due_at[ref] = due_t
         if self.decides is not None:
             due = self._held_only(due)
-        if self._in_flight:  # still reconciling since an earlier tick: not started twice
-            due = [ref for ref in due if ref not in self._in_flight]
+        if self._in_flight or self._poked:  # still reconciling (a straggler or a poke)
+            due = [ref for ref in due if ref not in self._in_flight and ref not in self._poked]
         for ref in due:
             if phased:
                 self._next_due[ref] = self._due_after(ref, due_at[ref], start)
@@ -288,6 +294,26 @@ class ControlLoop:
     def _straggler_done(self, ref: TargetRef, task: asyncio.Future[Decision | None]) -> None:
         if self._in_flight.get(ref) is task:
             del self._in_flight[ref]
+
+    def poke(self, ref: TargetRef) -> bool:
+        """Reconcile ``ref`` now, outside the tick (an activator holds a request for it:
+        Knative's activator poke). False when unknown, not decided here, or already
+        being poked; the tick skips a target while its poke runs."""
+        if ref not in self.state.targets or ref in self._poked or ref in self._in_flight:
+            return False
+        if self.decides is not None and not self.decides(ref):
+            return False
+        self._poked.add(ref)
+        task = asyncio.get_running_loop().create_task(self._poke(ref), name=f"poke/{ref}")
+        self._poke_tasks.add(task)
+        task.add_done_callback(self._poke_tasks.discard)
+        return True
+
+    async def _poke(self, ref: TargetRef) -> Decision | None:
+        try:
+            return await self._reconcile_guarded(ref, self.clock.now())
+        finally:
+            self._poked.discard(ref)
 
     def _held_only(self, due: list[TargetRef]) -> list[TargetRef]:
         """Targets another replica writes are not reconciled here: their decision state and
@@ -353,6 +379,8 @@ class ControlLoop:
         except AutoscalerError as err:
             # Missing data, never zero: the core holds replicas on an empty mapping.
             reading = SignalReading(signals={}, pods_read=0, errors=(str(err),))
+        if self.held is not None:
+            reading = self.held.adjust(spec.ref, view, reading)
         if reading.errors and self.observer is not None:
             self.observer.observe_scrape_error(spec.ref)
         if self.observer is not None:

@@ -52,6 +52,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ),
     ResourceType("events.k8s.io", "v1", "events", "Event"),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease"),
+    ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"),
     ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False),
     ResourceType(
         "autoscaling",

@@ -104,7 +104,7 @@ class Settings(BaseSettings):
     tick_interval_s: float = Field(default=1.0, gt=0, le=60)
     # Spread the targets over this many phases of each tick interval (the loop ticks
     # every tick_interval_s / tick_phases; each target on its own phase, docs/scale.md
-    # "Tick phases"): a fleet's scrapes and decisions spread over the second instead of
+    # "Ablation"): a fleet's scrapes and decisions spread over the second instead of
     # one burst per tick. 1: every due target at the start of each tick. Pod scraping
     # only: with Prometheus the loop runs one phase whatever the default.
     tick_phases: int = Field(default=DEFAULT_TICK_PHASES, ge=1, le=100)
@@ -149,8 +149,8 @@ class Settings(BaseSettings):
     prometheus_url: str | None = None
     # Prometheus mode: read the quantiles from the bucket rates recorded by
     # deploy/prometheus/recording-rules.yaml (which must be loaded) instead of computing
-    # `rate` over every pod's bucket samples in each tick's queries (docs/scale.md,
-    # "promq pass").
+    # `rate` over every pod's bucket samples in each tick's queries (docs/metrics.md,
+    # "Prometheus mode for a fleet").
     prometheus_recorded_rules: bool = False
 
     @field_validator("shards")

@@ -134,7 +134,7 @@ def main() -> int:
     rows = [
         "| scenario | static-peak GPU-h | oracle GPU-h @ sizing target (/ static) | ours GPU-h @ "
         "att. (oracle GPU-h there, ratio) | keda-seed GPU-h, misses | oracle misses @ keda "
-        "GPU-h (keda / oracle) | ours: keda misses / ours, GPU-h <= keda | issue-18 checks |",
+        "GPU-h (keda / oracle) | ours: keda misses / ours, GPU-h <= keda | checks |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     previous: dict[str, Any] = {}

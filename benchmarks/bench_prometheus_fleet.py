@@ -42,6 +42,7 @@ from autoscaler.metrics.source import PodEndpoint
 ROOT = Path(__file__).parents[1]
 PODS = [PodEndpoint(f"p{i}", "unused") for i in range(8)]
 _NAMES = re.compile(r'pod=~"\(?([^")]*)\)?-\.\*"')
+_BOUNDS = ["0.05", "0.1", "0.25", "0.5", "1", "2.5", "+Inf"]
 
 
 def workload(i: int) -> WorkloadPods:
@@ -61,14 +62,22 @@ def _serve(n: int, port_out: Any) -> None:
         names = match.group(1).split("|") if match else []
         grouped = TARGET_LABEL in promql
         now = time.time()
-        result = [
-            {
-                "metric": {"namespace": ns_of[name], TARGET_LABEL: name} if grouped else {},
-                "value": [round(now, 3), f"{rng.random():.6g}"],
-            }
-            for name in names
-            if name in ns_of
-        ]
+        # A bucket-rate query (quantiles are computed in the controller) gets one series
+        # per bound, cumulative as Prometheus' bucket rates are.
+        buckets = re.search(r"\ble\)", promql) and "histogram_quantile" not in promql
+        bounds: list[str | None] = list(_BOUNDS) if buckets else [None]
+        result = []
+        for name in names:
+            if name not in ns_of:
+                continue
+            cumulative = 0.0
+            for le in bounds:
+                cumulative += rng.random()
+                metric = {"namespace": ns_of[name], TARGET_LABEL: name} if grouped else {}
+                if le is not None:
+                    metric["le"] = le
+                value = cumulative if le is not None else rng.random()
+                result.append({"metric": metric, "value": [round(now, 3), f"{value:.6g}"]})
         doc = {"status": "success", "data": {"resultType": "vector", "result": result}}
         return web.Response(body=json.dumps(doc).encode(), content_type="application/json")
 

@@ -50,7 +50,7 @@ class ControllerMetrics:
         self.rejected_values = Counter(
             "llm_autoscaler_rejected_values",
             "Pods (or Prometheus answers) left unread because a value was out of range, "
-            "by reason: not-finite, negative, above-one.",
+            f"by reason: {', '.join(REJECT_REASONS)} (docs/metrics.md).",
             [*target, "reason"],
             registry=r,
         )

@@ -17,8 +17,8 @@ read:
   (desired != current).
 
 Both read like a bounded deque (``append``, ``len``, indexing and slices, iteration,
-oldest first); the newest entry is always in the open block. Sizes per target:
-docs/scale.md, "Memory".
+oldest first); the newest entry is always in the open block. Why: docs/architecture.md,
+"Fleet scale: informers and memory".
 """
 
 from __future__ import annotations

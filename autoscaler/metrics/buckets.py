@@ -4,7 +4,7 @@ Prometheus evaluates ``histogram_quantile(q, sum by (namespace, llm_target, le)
 (rate(x_bucket[1m])))`` by computing the ``rate`` of every bucket series first; PromQL
 has no way to share that between the TTFT p50, p95 and p99 queries, so each one pays
 for reading every pod's bucket samples again (~3 s of Prometheus CPU per query at 1,000
-targets x 8 pods: docs/scale.md, "Prometheus mode"). Instead the source sends the inner
+targets x 8 pods: docs/metrics.md, "Prometheus mode"). Instead the source sends the inner
 ``sum by (..., le) (rate(x_bucket[1m]))`` once per family per tick and computes each
 wanted quantile here, with Prometheus 2.42's ``histogram_quantile`` semantics for
 classic histograms (promql/quantile.go, ``bucketQuantile``, as in 2.20-2.48):

@@ -154,7 +154,7 @@ class _Connection(asyncio.BufferedProtocol):
     copied out once; chunk data and bodies delimited by the connection's end are copied
     out as they arrive, so the buffer stays small for them.
 
-    Slotted, and an idle connection holds no buffer and no chunk list: a scrape worker
+    Slotted, and an idle connection holds no buffer and no chunk list: the controller
     keeps one per pod (4,000 at 500 targets) between ticks.
     """
 

@@ -242,7 +242,7 @@ class PodScrapeSource:
 
     def release_buffers(self) -> int:
         """Free the page client's receive buffers kept for reuse (between bursts of
-        reads, e.g. a scrape worker once idle); bytes freed."""
+        reads, e.g. once idle); bytes freed."""
         return self._http.release_buffers() if self._http is not None else 0
 
 

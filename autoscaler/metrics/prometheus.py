@@ -91,7 +91,7 @@ VLLM_QUERIES: Final[Mapping[str, str]] = {
 }
 # The same signals with the quantiles read from the per-pod bucket rates recorded by
 # deploy/prometheus/recording-rules.yaml (AUTOSCALER_PROMETHEUS_RECORDED_RULES=true): no
-# `rate` over the pods' bucket samples in the tick's queries (docs/scale.md, promq pass).
+# `rate` over the pods' bucket samples in the tick's queries (docs/metrics.md, "Prometheus mode").
 RECORDED_RULES: Final[Mapping[str, str]] = {
     family: f"namespace_pod_le:{family.replace(':', '_')}_bucket:rate1m"
     for family in (

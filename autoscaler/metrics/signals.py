@@ -18,7 +18,7 @@ kept row, which is at most ``window_s / WINDOW_POINTS`` (2.5 s at 30 s) later th
 oldest scrape inside the window, to the newest scrape (exact). A family that appears
 (or reappears) is measured from its first sight; one that disappears is forgotten; a
 histogram whose bounds change restarted (every bucket's count is an increase, new
-bounds from zero). Why and what it saves: docs/scale.md, "Memory".
+bounds from zero). Why: docs/architecture.md, "Fleet scale: informers and memory".
 
 This module is also the one boundary where numbers enter: `snapshot_violation` checks a
 pod's page values and `signal_violation` a canonical signal (finite; counts, rates and

@@ -1,12 +1,11 @@
 """Plain-TCP connections for `PageClient` on one epoll per client, not a transport each.
 
-A scraper keeps one connection per pod alive between ticks (4,000 in each of 2 scrape
-workers at 1,000 targets x 8 pods). An event-loop transport per connection costs ~1.4 KB
-on uvloop (its TCPTransport and libuv handle; a socket behind ``add_reader`` ~1.0 KB),
-a socket object ~0.2 KB: ~10 MB of a fleet's scrape processes was transports. Here every
+A scraper keeps one connection per pod alive between ticks (4,000 at 500 targets x 8
+pods). An event-loop transport per connection costs ~1.4 KB on uvloop (its TCPTransport
+and libuv handle; a socket behind ``add_reader`` ~1.0 KB), a socket object ~0.2 KB. Here every
 socket of a client is registered in one `select.epoll`, whose descriptor is the event
 loop's only reader for all of them: when it is readable, one callback polls it without
-waiting and drives each ready socket's protocol. Measured: docs/scale.md, "Sessions 9 and 10".
+waiting and drives each ready socket's protocol. Measured: docs/scale.md, "Ablation".
 
 The protocol side is what the event loop's transports drive: `asyncio.BufferedProtocol`
 (``connection_made``, ``get_buffer``/``buffer_updated``, ``eof_received``,

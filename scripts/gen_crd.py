@@ -246,6 +246,14 @@ def _status_schema() -> dict[str, Any]:
             "lastMessage": {"type": "string"},
             "lastDecisionTime": {"type": "string", "format": "date-time"},
             "observedGeneration": {"type": "integer", "minimum": 0},
+            "held": {
+                "description": (
+                    "Requests held at the activators for this target at its last decision "
+                    "(no Ready replica to take them; docs/activator.md)."
+                ),
+                "type": "integer",
+                "minimum": 0,
+            },
             "profile": {
                 "description": (
                     "The profile the controller applies (docs/policy.md#workload-classes-"
@@ -363,6 +371,7 @@ def build_crd() -> dict[str, Any]:
                         _column("Max", "integer", ".spec.maxReplicaCount"),
                         _column("Current", "integer", ".status.currentReplicas"),
                         _column("Desired", "integer", ".status.desiredReplicas"),
+                        _column("Held", "integer", ".status.held"),
                         _column("Mode", "string", ".spec.mode"),
                         _column("Ready", "string", _condition("Ready")),
                         _column("Active", "string", _condition("Active")),

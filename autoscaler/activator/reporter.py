@@ -25,7 +25,9 @@ log = get_logger(__name__)
 
 HELD_PATH = "/v1/activator/held"
 
-Counts = Mapping[str, tuple[int, int]]  # "namespace/name" -> (held, in_flight)
+# "namespace/name" -> (held, in_flight, forwarded): ``forwarded`` counts the held requests
+# ever handed to a Ready pod (cumulative; the controller times a cold start by it).
+Counts = Mapping[str, tuple[int, int, int]]
 
 
 class HeldReporter:
@@ -64,10 +66,16 @@ class HeldReporter:
 
     def _body(self, leaving: bool = False) -> dict[str, Any]:
         targets = []
-        for key, (held, in_flight) in self._counts().items():
+        for key, (held, in_flight, forwarded) in self._counts().items():
             namespace, _, name = key.partition("/")
             targets.append(
-                {"namespace": namespace, "name": name, "held": held, "in_flight": in_flight}
+                {
+                    "namespace": namespace,
+                    "name": name,
+                    "held": held,
+                    "in_flight": in_flight,
+                    "forwarded": forwarded,
+                }
             )
         return {
             "activator": self.identity,

@@ -139,9 +139,11 @@ class Activator:
         self._by_prefix.sort(key=lambda p: -len(p[0]))
 
     # ------------------------------------------------------------------ counts
-    def counts(self) -> dict[str, tuple[int, int]]:
+    def counts(self) -> dict[str, tuple[int, int, int]]:
         """target key -> (held, in flight): what the reporter pushes."""
-        return {k: (g.held, g.in_flight) for k, g in self.gates.items()}
+        return {
+            k: (g.held, g.in_flight, g.stats.forwarded_after_hold) for k, g in self.gates.items()
+        }
 
     def _gate_changed(self, gate: Gate) -> None:
         self.metrics.held.labels(gate.name).set(gate.held)

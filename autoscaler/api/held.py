@@ -29,6 +29,8 @@ class HeldTarget(BaseModel):
     name: str = Field(pattern=NAME_PATTERN, max_length=253)
     held: int = Field(ge=0, le=10_000_000)
     in_flight: int = Field(0, ge=0, le=10_000_000)
+    # held requests this activator ever handed to a Ready pod (cumulative)
+    forwarded: int = Field(0, ge=0, le=2**62)
 
 
 class HeldBody(BaseModel):
@@ -52,7 +54,10 @@ def held_router(held: HeldCounts, settings: ApiSettings) -> APIRouter:
         """One activator's held and in-flight counts per target (replaces its last)."""
         risen = held.report(
             body.activator,
-            (HeldReport(TargetRef(t.namespace, t.name), t.held, t.in_flight) for t in body.targets),
+            (
+                HeldReport(TargetRef(t.namespace, t.name), t.held, t.in_flight, t.forwarded)
+                for t in body.targets
+            ),
             ttl_s=body.ttl_s,
             leaving=body.leaving,
         )

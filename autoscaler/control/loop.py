@@ -600,4 +600,6 @@ def _observation(
         pending_replicas=view.pending_replicas,
         capacity_max_replicas=view.capacity_max_replicas,
         forecast=forecast,
+        held=reading.held,
+        in_flight=reading.in_flight,
     )

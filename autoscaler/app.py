@@ -207,6 +207,10 @@ class Controller:
                     involved, "LeaderElection", f"{self.identity} {verb}{shard}", warning=False
                 )
 
+    def _hold_cap(self, ref: TargetRef) -> int | None:
+        st = self.state.targets.get(ref)
+        return None if st is None else st.spec.policy.scale_to_zero.hold_cap
+
     def _on_cold_start_answered(self, ref: TargetRef, held: int, after_s: float) -> None:
         """A target scaled from zero answered its first held request (control/held.py)."""
         self.metrics.observe_cold_start_answered(ref, after_s)
@@ -306,7 +310,7 @@ class Controller:
         self.loop.held = self.held
         api_settings = ApiSettings.from_env(s)
         app = http_app(self.state, store, api_settings, self.metrics)
-        app.include_router(held_router(self.held, api_settings))
+        app.include_router(held_router(self.held, api_settings, self._hold_cap))
         soft, _ = raise_fd_limit()
         self.http = await serve_http(
             app,

@@ -8,6 +8,7 @@ keep it from idling, and the controller's NetworkPolicy limits who reaches the p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Security
@@ -41,7 +42,13 @@ class HeldBody(BaseModel):
     targets: list[HeldTarget] = Field(default_factory=list, max_length=MAX_TARGETS)
 
 
-def held_router(held: HeldCounts, settings: ApiSettings) -> APIRouter:
+def held_router(
+    held: HeldCounts,
+    settings: ApiSettings,
+    hold_cap: Callable[[TargetRef], int | None] = lambda ref: None,
+) -> APIRouter:
+    """``hold_cap``: a target's ``scaleToZero.holdCap`` (None: unset), sent back to the
+    activator in each answer as ``holdCaps`` for the targets it reported."""
     router = APIRouter(default_response_class=SafeJSONResponse, tags=["activator"])
 
     def access(
@@ -61,7 +68,14 @@ def held_router(held: HeldCounts, settings: ApiSettings) -> APIRouter:
             ttl_s=body.ttl_s,
             leaving=body.leaving,
         )
-        return SafeJSONResponse({"accepted": len(body.targets), "poked": [str(r) for r in risen]})
+        caps = {}
+        for t in body.targets:
+            cap = hold_cap(TargetRef(t.namespace, t.name))
+            if cap is not None:
+                caps[f"{t.namespace}/{t.name}"] = cap
+        return SafeJSONResponse(
+            {"accepted": len(body.targets), "poked": [str(r) for r in risen], "holdCaps": caps}
+        )
 
     @router.get("/v1/activator/held", dependencies=[Depends(access)])
     async def show() -> SafeJSONResponse:

@@ -82,7 +82,7 @@ async def test_scale_down_racing_a_new_request_holds_it_and_the_target_comes_bac
             "minReplicaCount": 1,
             "maxReplicaCount": 1,
             "pollingInterval": 0.2,
-            "scaleToZero": {"enabled": True, "idlePeriodSeconds": 1},
+            "scaleToZero": {"enabled": True, "idlePeriodSeconds": 1, "holdCap": 7},
             "metrics": [{"signal": "waiting", "target": 4}],
         }
         spec = TargetSpec(
@@ -105,6 +105,9 @@ async def test_scale_down_racing_a_new_request_holds_it_and_the_target_comes_bac
             )
             gate = act.activator.gates["llm/llama"]  # type: ignore[union-attr]
             await until(lambda: gate.ready != (), 10, "the first pod Ready")
+            # the LLMAutoscaler's holdCap reaches the activator in the answer to its report
+            assert act.reporter is not None
+            await until(lambda: gate.cap == 7, 5, "holdCap 7 from the controller (file: 1000)")
 
             def replicas() -> int:
                 dep = kube.get("deployments", "llm", "llama", group="apps")

@@ -315,6 +315,12 @@ CEL_RULES: tuple[tuple[str, str], ...] = (
         "for more than ceil(1 / target) replicas: use type Value",
     ),
     (
+        "!has(self.scaleToZero) || !has(self.scaleToZero.enabled) || !self.scaleToZero.enabled "
+        "|| !has(self.idleReplicaCount) || self.idleReplicaCount == 0",
+        "scaleToZero.enabled: true conflicts with idleReplicaCount above 0 (a target that goes "
+        "to zero idles at 0)",
+    ),
+    (
         "!has(self.warmPool) || !has(self.warmPool.minReplicas) || "
         "!has(self.warmPool.maxReplicas) || self.warmPool.minReplicas <= self.warmPool.maxReplicas",
         "warmPool.minReplicas must be <= warmPool.maxReplicas",

@@ -418,7 +418,9 @@ def test_a_document_the_rest_api_accepts_the_crd_accepts_and_vice_versa_per_fiel
             target_spec_from_dict(doc, ref=TargetRef("default", "chat"))
         text = str(err.value)
         cross_field = re.search(
-            r"must be <=|must be <|repeated|fraction|per-replica|is not a label key", text
+            r"must be <=|must be <|repeated|fraction|per-replica|is not a label key"
+            r"|applies only to a target that may go to zero|conflicts with idleReplicaCount",
+            text,
         )
         assert value is None or cross_field, f"{path}={value!r}: only REST refuses: {text}"
 

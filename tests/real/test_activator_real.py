@@ -23,9 +23,10 @@ from autoscaler.activator.runtime import ActivatorProcess
 from autoscaler.app import Controller
 from autoscaler.emulator.server import ReplicaConfig
 from autoscaler.settings import GrpcSettings, HttpSettings, Settings
+from autoscaler.target import API_VERSION
 from tests.real.conftest import CONTROLLER_NS, vllm_deployment
 from tests.real.kubectl import Kube
-from tests.real.test_crd_real import llmas
+from tests.real.test_crd_real import _as_table, llmas
 from tests.support.fake_kubelet import FakeKubelet
 from tests.support.waiting import until
 
@@ -116,6 +117,12 @@ async def test_one_request_at_zero_is_held_the_real_replicaset_makes_the_pod_and
             await asyncio.sleep(0.2)
         assert found["ScaledFromZero"].startswith("scaled from zero for 1 held requests;")
         assert "0 -> 1" in found["ScaledUp"]
+        # kubectl get llmas: the Held column, from status.held (the held count at a decision)
+        table = await _as_table(kube, f"/apis/{API_VERSION}/namespaces/{namespace}/llmautoscalers")
+        names = [c["name"] for c in table["columnDefinitions"]]
+        (row,) = table["rows"]
+        held_cell = dict(zip(names, row["cells"], strict=True))["Held"]
+        assert isinstance(held_cell, int) and held_cell in (0, 1)
     finally:
         if act is not None:
             await act.stop()

@@ -18,13 +18,15 @@ Two effects on the control loop:
   The counts also go into the observation (``held``, ``in_flight``): the policy core sizes
   the first scale-up for the held queue and never goes to zero while either is non-zero.
 
-A cold start is timed here, from the reports themselves (no tick in the measurement): it
-opens when a target's held sum leaves zero and ``on_rise`` says the target was at zero,
-and closes at the first report in which an activator's ``forwarded`` counter (held
-requests ever handed to a Ready pod) grows: ``on_answered(ref, held, after_s)`` then gets
-the most requests held meanwhile and the seconds from the first held report to that one
-(what the ``ScaledFromZero`` Event says). A cold start whose held requests all left
-unanswered (clients gone, 503 after the hold timeout) closes without a call.
+A cold start is timed here, from the reports themselves (no tick in the measurement). It
+starts when a target's held sum leaves zero. It is opened then if ``on_rise`` says the
+target was at zero, or later by the loop's scale-up from zero (`scaled_from_zero`: a
+request that arrived while the scale-down was still being written). It closes at the
+first report in which an activator's ``forwarded`` counter (held requests ever handed to a
+Ready pod) grows: ``on_answered(ref, held, after_s)`` then gets the most requests held
+meanwhile and the seconds from the first held report to that one (what the
+``ScaledFromZero`` Event says). A cold start whose held requests all left unanswered
+(clients gone, 503 after the hold timeout) closes without a call.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class HeldCounts:
         self.on_answered = on_answered
         self._reporters: dict[str, _Reporter] = {}
         self._cold: dict[TargetRef, _ColdStart] = {}
+        self._risen_at: dict[TargetRef, float] = {}  # when the held sum last left zero
         self.reports = 0
 
     def _live(self) -> Iterable[_Reporter]:
@@ -120,6 +123,11 @@ class HeldCounts:
             ttl = min(max(ttl_s, 0.0), MAX_TTL_S)
             self._reporters[activator] = _Reporter(self.clock.now(), ttl, new)
         risen = [ref for ref in touched if before[ref] == 0 and self.totals(ref)[0] > 0]
+        for ref in touched:
+            if ref in risen:
+                self._risen_at[ref] = self.clock.now()
+            elif self.totals(ref)[0] == 0:
+                self._risen_at.pop(ref, None)
         if self.on_rise is not None:
             for ref in risen:
                 if self.on_rise(ref) is True and ref not in self._cold:
@@ -127,6 +135,15 @@ class HeldCounts:
         for ref in touched & self._cold.keys():
             self._cold_step(ref, old, new)
         return risen
+
+    def scaled_from_zero(self, ref: TargetRef) -> None:
+        """The loop scaled ``ref`` from zero for held requests: open its cold start (from
+        when the held sum left zero) unless one is open."""
+        if ref not in self._cold:
+            held = self.totals(ref)[0]
+            if held > 0:
+                t0 = self._risen_at.get(ref, self.clock.now())
+                self._cold[ref] = _ColdStart(t0, held)
 
     def _cold_step(
         self,
@@ -166,6 +183,7 @@ class HeldCounts:
 
     def forget(self, ref: TargetRef) -> None:
         self._cold.pop(ref, None)
+        self._risen_at.pop(ref, None)
         for r in self._reporters.values():
             r.counts.pop(ref, None)
 
@@ -190,15 +208,21 @@ def poke_at_zero(
     state: ControllerState, poke: Callable[[TargetRef], object]
 ) -> Callable[[TargetRef], bool]:
     """``on_rise`` for the controller: poke the loop for a target whose last decision saw
-    or asked for 0 replicas (or that has none yet), and return True for it (a cold start
-    opens); a target already running gets its held count at its next tick."""
+    or asked for 0 replicas, whose last write was 0 (a scale-down to zero written and not
+    yet published: the request raced it), or that has no decision yet; return True for it
+    (a cold start opens). A target already running gets its held count at its next tick."""
 
     def on_rise(ref: TargetRef) -> bool:
         st = state.targets.get(ref)
         if st is None:
             return False
         d = st.last_decision
-        if d is None or d.current_replicas == 0 or d.desired_replicas == 0:
+        if (
+            d is None
+            or d.current_replicas == 0
+            or d.desired_replicas == 0
+            or st.applied_replicas == 0
+        ):
             poke(ref)
             return True
         return False

@@ -17,8 +17,9 @@ import pytest
 
 from autoscaler.app import Controller
 from autoscaler.control.clock import FakeClock
-from autoscaler.control.held import HeldCounts, HeldReport
-from autoscaler.domain import TargetRef
+from autoscaler.control.held import HeldCounts, HeldReport, poke_at_zero
+from autoscaler.control.state import ControllerState, TargetStatus
+from autoscaler.domain import Decision, Reason, TargetRef
 from autoscaler.emulator import EmulatorFleet
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi.runtime import PodEndpoint
@@ -177,3 +178,27 @@ async def test_cold_start_whose_requests_all_left_closes_without_an_event() -> N
     warm.report("a", [HeldReport(REF, 1, 0, 0)], ttl_s=60)
     warm.report("a", [HeldReport(REF, 0, 1, 1)], ttl_s=60)
     assert answered == []
+
+
+def test_a_request_racing_a_written_but_unpublished_scale_down_still_pokes() -> None:
+    state = ControllerState()
+    st = TargetStatus(spec=TargetSpec(ref=REF, policy=load_policy({"minReplicaCount": 0})))
+    st.last_decision = Decision(0.0, 1, 1, Reason.STEADY, "hold at 1", False)
+    state.targets[REF] = st
+    poked: list[TargetRef] = []
+    on_rise = poke_at_zero(state, poked.append)
+    assert on_rise(REF) is False and poked == []  # running: its next tick sees the count
+    st.applied_replicas = 0  # the loop wrote 0; its decision is not published yet
+    assert on_rise(REF) is True and poked == [REF]
+
+
+async def test_a_scale_from_zero_decided_after_the_rise_is_timed_from_the_rise() -> None:
+    clock = FakeClock()
+    answered: list[tuple[TargetRef, int, float]] = []
+    held = HeldCounts(clock, on_rise=lambda ref: False, on_answered=lambda *a: answered.append(a))
+    held.report("a", [HeldReport(REF, 2, 0, 0)], ttl_s=60)  # rise: not known at zero yet
+    await clock.advance(0.5)
+    held.scaled_from_zero(REF)  # the loop's activation 0 -> N for the held requests
+    await clock.advance(2.0)
+    held.report("a", [HeldReport(REF, 1, 1, 1)], ttl_s=60)
+    assert answered == [(REF, 2, 2.5)]

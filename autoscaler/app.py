@@ -207,6 +207,25 @@ class Controller:
                     involved, "LeaderElection", f"{self.identity} {verb}{shard}", warning=False
                 )
 
+    def _hold_cap(self, ref: TargetRef) -> int | None:
+        st = self.state.targets.get(ref)
+        return None if st is None else st.spec.policy.scale_to_zero.hold_cap
+
+    def _on_cold_start_answered(self, ref: TargetRef, held: int, after_s: float) -> None:
+        """A target scaled from zero answered its first held request (control/held.py)."""
+        self.metrics.observe_cold_start_answered(ref, after_s)
+        st = self.state.targets.get(ref)
+        if st is None or self._recorder is None or self._stopping or self.loop is None:
+            return
+        if not self.loop.leader.can_write(ref):
+            return
+        message = f"scaled from zero for {held} held requests; first answered after {after_s:.1f} s"
+        log.info("scaled from zero", target=str(ref), held=held, first_answered_s=after_s)
+        self._tasks.spawn(
+            "cold-start-event",
+            self._recorder.emit(st.spec, "ScaledFromZero", message, warning=False),
+        )
+
     def _reports_invalid(self) -> bool:
         """Who writes validation failures: the holder of shard 0 (the leader)."""
         if self.leases is not None:
@@ -283,11 +302,15 @@ class Controller:
         )
         self.loop.set_targets(await store.list(s.namespace))
         # Activators push held counts; the first for a target at zero pokes the loop.
-        self.held = HeldCounts(self.loop.clock, poke_at_zero(self.state, self.loop.poke))
+        self.held = HeldCounts(
+            self.loop.clock,
+            poke_at_zero(self.state, self.loop.poke),
+            on_answered=self._on_cold_start_answered,
+        )
         self.loop.held = self.held
         api_settings = ApiSettings.from_env(s)
         app = http_app(self.state, store, api_settings, self.metrics)
-        app.include_router(held_router(self.held, api_settings))
+        app.include_router(held_router(self.held, api_settings, self._hold_cap))
         soft, _ = raise_fd_limit()
         self.http = await serve_http(
             app,

@@ -78,6 +78,11 @@ class Observation:
     pending_replicas: int = 0
     capacity_max_replicas: int | None = None
     forecast: Forecast | None = None
+    # Requests held at the activators (no Ready replica to take them) and requests they
+    # have in flight (streams included): activity that keeps a target from zero, and the
+    # queue a scale-up from zero is sized for.
+    held: int = 0
+    in_flight: int = 0
 
     @property
     def complete(self) -> bool:

@@ -58,6 +58,8 @@ def status_body(
                 "lastReason": str(decision.reason),
                 "lastMessage": decision.message,
                 "lastDecisionTime": now_rfc3339,
+                # requests held at the activators (the `Held` column of kubectl get llmas)
+                "held": int(decision.numbers.get("held", 0)),
             }
         )
     if observed_generation is not None:

@@ -246,6 +246,14 @@ def _status_schema() -> dict[str, Any]:
             "lastMessage": {"type": "string"},
             "lastDecisionTime": {"type": "string", "format": "date-time"},
             "observedGeneration": {"type": "integer", "minimum": 0},
+            "held": {
+                "description": (
+                    "Requests held at the activators for this target at its last decision "
+                    "(no Ready replica to take them; docs/activator.md)."
+                ),
+                "type": "integer",
+                "minimum": 0,
+            },
             "profile": {
                 "description": (
                     "The profile the controller applies (docs/policy.md#workload-classes-"
@@ -307,6 +315,12 @@ CEL_RULES: tuple[tuple[str, str], ...] = (
         "for more than ceil(1 / target) replicas: use type Value",
     ),
     (
+        "!has(self.scaleToZero) || !has(self.scaleToZero.enabled) || !self.scaleToZero.enabled "
+        "|| !has(self.idleReplicaCount) || self.idleReplicaCount == 0",
+        "scaleToZero.enabled: true conflicts with idleReplicaCount above 0 (a target that goes "
+        "to zero idles at 0)",
+    ),
+    (
         "!has(self.warmPool) || !has(self.warmPool.minReplicas) || "
         "!has(self.warmPool.maxReplicas) || self.warmPool.minReplicas <= self.warmPool.maxReplicas",
         "warmPool.minReplicas must be <= warmPool.maxReplicas",
@@ -363,6 +377,7 @@ def build_crd() -> dict[str, Any]:
                         _column("Max", "integer", ".spec.maxReplicaCount"),
                         _column("Current", "integer", ".status.currentReplicas"),
                         _column("Desired", "integer", ".status.desiredReplicas"),
+                        _column("Held", "integer", ".status.held"),
                         _column("Mode", "string", ".spec.mode"),
                         _column("Ready", "string", _condition("Ready")),
                         _column("Active", "string", _condition("Active")),

@@ -25,7 +25,9 @@ log = get_logger(__name__)
 
 HELD_PATH = "/v1/activator/held"
 
-Counts = Mapping[str, tuple[int, int]]  # "namespace/name" -> (held, in_flight)
+# "namespace/name" -> (held, in_flight, forwarded): ``forwarded`` counts the held requests
+# ever handed to a Ready pod (cumulative; the controller times a cold start by it).
+Counts = Mapping[str, tuple[int, int, int]]
 
 
 class HeldReporter:
@@ -39,6 +41,7 @@ class HeldReporter:
         resend_s: float = 1.0,
         timeout_s: float = 2.0,
         session: aiohttp.ClientSession | None = None,
+        on_hold_caps: Callable[[Mapping[str, int]], None] | None = None,
     ) -> None:
         self.urls = urls  # every controller replica (each decides; the leader writes)
         self.identity = identity
@@ -52,6 +55,8 @@ class HeldReporter:
         self._task: asyncio.Task[None] | None = None
         self.posts = 0
         self.failures = 0
+        # the controller's answer: per target, the LLMAutoscaler's scaleToZero.holdCap
+        self.on_hold_caps = on_hold_caps
 
     def changed(self) -> None:
         """Counts changed: post them as soon as the post in flight (if any) is done."""
@@ -64,10 +69,16 @@ class HeldReporter:
 
     def _body(self, leaving: bool = False) -> dict[str, Any]:
         targets = []
-        for key, (held, in_flight) in self._counts().items():
+        for key, (held, in_flight, forwarded) in self._counts().items():
             namespace, _, name = key.partition("/")
             targets.append(
-                {"namespace": namespace, "name": name, "held": held, "in_flight": in_flight}
+                {
+                    "namespace": namespace,
+                    "name": name,
+                    "held": held,
+                    "in_flight": in_flight,
+                    "forwarded": forwarded,
+                }
             )
         return {
             "activator": self.identity,
@@ -92,9 +103,13 @@ class HeldReporter:
                     raise aiohttp.ClientResponseError(
                         resp.request_info, (), status=resp.status, message=text
                     )
+                answer = await resp.json(content_type=None)
             self.posts += 1
+            caps = answer.get("holdCaps") if isinstance(answer, dict) else None
+            if self.on_hold_caps is not None and isinstance(caps, dict):
+                self.on_hold_caps({str(k): v for k, v in caps.items() if type(v) is int and v >= 1})
             return True
-        except (aiohttp.ClientError, TimeoutError, OSError) as err:
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as err:
             self.failures += 1
             if self.failures == 1 or self.failures % 60 == 0:
                 log.warning("held report failed", url=url, error=str(err)[:300])

@@ -87,7 +87,7 @@ class ActivatorProcess:
             token = _read_token(link.token_file) if link.token_file else None
             self.reporter = HeldReporter(
                 self._controller_urls, self.identity, act.counts, token=token,
-                resend_s=link.resend_s,
+                resend_s=link.resend_s, on_hold_caps=act.set_hold_caps,
             )  # fmt: skip
             act.on_counts_change = self.reporter.changed
             self.reporter.start()

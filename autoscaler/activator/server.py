@@ -138,10 +138,20 @@ class Activator:
                 self._by_prefix.append((t.path_prefix.rstrip("/"), route))
         self._by_prefix.sort(key=lambda p: -len(p[0]))
 
+    def set_hold_caps(self, caps: Mapping[str, int]) -> None:
+        """The controller's answer to a report: a target whose LLMAutoscaler sets
+        ``scaleToZero.holdCap`` holds up to that many; the others keep this file's cap."""
+        for t in self.config.targets:
+            gate = self.gates.get(t.key)
+            if gate is not None:
+                gate.cap = caps.get(t.key, self.config.hold_cap(t))
+
     # ------------------------------------------------------------------ counts
-    def counts(self) -> dict[str, tuple[int, int]]:
+    def counts(self) -> dict[str, tuple[int, int, int]]:
         """target key -> (held, in flight): what the reporter pushes."""
-        return {k: (g.held, g.in_flight) for k, g in self.gates.items()}
+        return {
+            k: (g.held, g.in_flight, g.stats.forwarded_after_hold) for k, g in self.gates.items()
+        }
 
     def _gate_changed(self, gate: Gate) -> None:
         self.metrics.held.labels(gate.name).set(gate.held)

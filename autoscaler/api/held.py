@@ -8,6 +8,7 @@ keep it from idling, and the controller's NetworkPolicy limits who reaches the p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Security
@@ -29,6 +30,8 @@ class HeldTarget(BaseModel):
     name: str = Field(pattern=NAME_PATTERN, max_length=253)
     held: int = Field(ge=0, le=10_000_000)
     in_flight: int = Field(0, ge=0, le=10_000_000)
+    # held requests this activator ever handed to a Ready pod (cumulative)
+    forwarded: int = Field(0, ge=0, le=2**62)
 
 
 class HeldBody(BaseModel):
@@ -39,7 +42,13 @@ class HeldBody(BaseModel):
     targets: list[HeldTarget] = Field(default_factory=list, max_length=MAX_TARGETS)
 
 
-def held_router(held: HeldCounts, settings: ApiSettings) -> APIRouter:
+def held_router(
+    held: HeldCounts,
+    settings: ApiSettings,
+    hold_cap: Callable[[TargetRef], int | None] = lambda ref: None,
+) -> APIRouter:
+    """``hold_cap``: a target's ``scaleToZero.holdCap`` (None: unset), sent back to the
+    activator in each answer as ``holdCaps`` for the targets it reported."""
     router = APIRouter(default_response_class=SafeJSONResponse, tags=["activator"])
 
     def access(
@@ -52,11 +61,21 @@ def held_router(held: HeldCounts, settings: ApiSettings) -> APIRouter:
         """One activator's held and in-flight counts per target (replaces its last)."""
         risen = held.report(
             body.activator,
-            (HeldReport(TargetRef(t.namespace, t.name), t.held, t.in_flight) for t in body.targets),
+            (
+                HeldReport(TargetRef(t.namespace, t.name), t.held, t.in_flight, t.forwarded)
+                for t in body.targets
+            ),
             ttl_s=body.ttl_s,
             leaving=body.leaving,
         )
-        return SafeJSONResponse({"accepted": len(body.targets), "poked": [str(r) for r in risen]})
+        caps = {}
+        for t in body.targets:
+            cap = hold_cap(TargetRef(t.namespace, t.name))
+            if cap is not None:
+                caps[f"{t.namespace}/{t.name}"] = cap
+        return SafeJSONResponse(
+            {"accepted": len(body.targets), "poked": [str(r) for r in risen], "holdCaps": caps}
+        )
 
     @router.get("/v1/activator/held", dependencies=[Depends(access)])
     async def show() -> SafeJSONResponse:

@@ -28,6 +28,10 @@ SCALE_FAILURE_REASONS = frozenset({"error", "conflict"})
 _TARGET = ("namespace", "name")
 
 
+# a scale from zero: a sleeping replica's seconds to a cold start's many minutes
+_COLD_START_BUCKETS_S = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 1200)
+
+
 class ControllerMetrics:
     """Decisions, desired vs current replicas, forecasts, scrape errors, tick and API time."""
 
@@ -94,6 +98,17 @@ class ControllerMetrics:
         )
         self._connections_closed: Counter | None = None
         self._keda_streams: Counter | None = None
+        self.cold_start_answered = Histogram(
+            "llm_autoscaler_scale_from_zero_first_answer_seconds",
+            "From the first request held at the activators for a target at zero to the "
+            "first held request handed to a Ready replica (docs/activator.md).",
+            target,
+            buckets=_COLD_START_BUCKETS_S,
+            registry=r,
+        )
+
+    def observe_cold_start_answered(self, ref: TargetRef, after_s: float) -> None:
+        self.cold_start_answered.labels(ref.namespace, ref.name).observe(after_s)
 
     def observe_connection_closed(self, reason: str) -> None:
         """An HTTP connection the listener's limits closed (autoscaler/api/connections.py).

@@ -224,6 +224,7 @@ class KubeCluster:
             decision.current_replicas,
             decision.desired_replicas,
             decision.reason,
+            decision.numbers.get("held", 0),
             owner,
             policy,
             generation,

@@ -422,6 +422,14 @@ class ControlLoop:
                 spec, obs, prev, decision, new_state, view
             )
         self._decision_states[ref] = new_state
+        if applied:  # before the awaits below: a held request in between sees it (held.py)
+            st.applied_replicas = decision.desired_replicas
+        if (
+            self.held is not None
+            and obs.held
+            and obs.current_replicas == 0 < decision.desired_replicas
+        ):
+            self.held.scaled_from_zero(ref)  # a cold start for held requests: timed
         frozen = spec.pause is not None  # a paused target's warm pool is left as it is
         if can_write and not frozen and spec.policy.warm_pool.enabled and planner is not None:
             await self._size_warm_pool(st, planner, now, decision)
@@ -442,8 +450,6 @@ class ControlLoop:
                 await self.cluster.record(spec, decision, applied)
         except AutoscalerError as err:
             log.warning("recording decision failed", target=str(ref), error=str(err))
-        if applied:
-            st.applied_replicas = decision.desired_replicas
         before = st.last_decision
         await self.state.publish(ref, obs, decision)
         if self.observer is not None:
@@ -600,4 +606,6 @@ def _observation(
         pending_replicas=view.pending_replicas,
         capacity_max_replicas=view.capacity_max_replicas,
         forecast=forecast,
+        held=reading.held,
+        in_flight=reading.in_flight,
     )

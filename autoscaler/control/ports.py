@@ -36,6 +36,8 @@ class SignalReading:
     pods_read: int | None = None
     errors: tuple[str, ...] = ()
     rejected: Mapping[str, int] = field(default_factory=dict)  # out-of-range pods by reason
+    held: int = 0  # requests held at the activators (control/held.py)
+    in_flight: int = 0  # requests the activators have forwarded and not finished
 
 
 class ClusterPort(Protocol):

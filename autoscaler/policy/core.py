@@ -349,32 +349,80 @@ def _rate_limited(
     return desired
 
 
+def _held_ask(policy: Policy, held: int) -> int:
+    """Replicas the held queue asks for: ``ceil(held / target)`` with the per-replica
+    target of the policy's ``waiting`` metric (the held requests are waiting ones);
+    1 without such a metric."""
+    for spec in policy.metrics:
+        if spec.signal == "waiting":
+            return max(1, _ceil(held / spec.target))
+    return 1
+
+
+def _zero_blocked(obs: Observation) -> str | None:
+    """Why a target may not go to zero now, or None: a replica still starting, a
+    request held at an activator, a response still in flight (streaming)."""
+    if obs.held > 0:
+        return f"{obs.held} requests held at the activators"
+    if obs.in_flight > 0:
+        return f"{obs.in_flight} responses still in flight through the activators"
+    if obs.ready_replicas < obs.current_replicas or obs.pending_replicas > 0:
+        return "a replica is still starting"
+    return None
+
+
 def _keda_scale_executor(
-    policy: Policy, cur: int, active: bool, data_complete: bool, state: DecisionState, now: float
+    policy: Policy,
+    obs: Observation,
+    active: bool,
+    data_complete: bool,
+    state: DecisionState,
+    now: float,
+    up: Rules,
+    numbers: dict[str, float],
+    limits: list[Reason],
 ) -> tuple[int, Reason | None, bool] | None:
     """KEDA's own scaling around the HPA: activation from zero/idle and going idle after
     ``cooldownPeriod`` (never on missing data). Returns (desired, reason, cooling down);
-    a ``None`` reason means the HPA part decides; ``None`` means KEDA idling is off."""
-    idle_allowed = policy.min_replica_count == 0 or policy.idle_replica_count is not None
+    a ``None`` reason means the HPA part decides; ``None`` means KEDA idling is off.
+
+    Scale to zero (``scaleToZero``, or ``minReplicaCount``/``idleReplicaCount`` 0): the
+    idle period is ``scaleToZero.idlePeriodSeconds`` (unset: ``cooldownPeriod``); going
+    to zero waits while `_zero_blocked`; activation with requests held at the activators
+    is sized for the held queue (`_held_ask`), within ``maxReplicaCount`` and the
+    cold-start guard's one step beyond the ready replicas."""
+    stz = policy.scale_to_zero.enabled
+    idle_allowed = stz or policy.min_replica_count == 0 or policy.idle_replica_count is not None
     if not idle_allowed:
         return None
-    idle_target = policy.idle_replica_count if policy.idle_replica_count is not None else 0
+    idle_target = 0 if stz or policy.idle_replica_count is None else policy.idle_replica_count
+    idle_period = policy.zero_idle_period_s if idle_target == 0 else policy.cooldown_period
+    cur = obs.current_replicas
     cooling = False
     if not active and data_complete:
         assert state.last_active_t is not None
         if cur <= idle_target:
             return cur, Reason.IDLE, False
         # KEDA scaleToZero: lastActiveTime + cooldownPeriod strictly before now.
-        if now - state.last_active_t > policy.cooldown_period:
-            return idle_target, Reason.IDLE, False
+        if now - state.last_active_t > idle_period:
+            blocked = _zero_blocked(obs) if idle_target == 0 else None
+            if blocked is None:
+                return idle_target, Reason.IDLE, False
+            numbers["zero_blocked"] = 1.0
         cooling = True
     if cur <= idle_target:
         if active:
-            return (
-                min(max(policy.min_replica_count, 1), policy.max_replica_count),
-                Reason.ACTIVATE,
-                False,
-            )
+            base = max(policy.min_replica_count, 1)
+            if obs.held > 0:
+                held_ask = _held_ask(policy, obs.held)
+                numbers["held_ask_replicas"] = float(held_ask)
+                if held_ask > base and policy.cold_start_guard.enabled:
+                    guard = max(ready_step_limit(obs.ready_replicas, up), base)
+                    if held_ask > guard:
+                        limits.append(Reason.WAITING_FOR_READY)
+                        held_ask = guard
+                base = max(base, held_ask)
+            return min(base, policy.max_replica_count), Reason.ACTIVATE, False
         return cur, Reason.IDLE, cooling
     return cur, None, cooling
 
@@ -406,7 +454,12 @@ def decide(
         for name, value in obs.forecast.capacity_per_replica.items():
             numbers[intern(f"capacity.{name}.per_replica")] = value
         numbers.update(obs.forecast.regime)
-    active = any(r.active for r in recs)
+    # A request held at, or streaming through, an activator is activity whatever the
+    # metrics say (a policy without a ``waiting`` metric still wakes up for it).
+    active = any(r.active for r in recs) or obs.held > 0 or obs.in_flight > 0
+    if obs.held or obs.in_flight:
+        numbers["held"] = float(obs.held)
+        numbers["in_flight"] = float(obs.in_flight)
     if active:
         state = replace(state, last_active_t=now)
     # KEDA pkg/fallback: NumberOfFailures strictly greater than failureThreshold.
@@ -414,7 +467,9 @@ def decide(
 
     limits: list[Reason] = []
     valid = [_combined(r) for r in recs if not r.missing]
-    if not valid and not fallback_on:
+    # At zero with requests held, the held count is a reading: activate, do not hold.
+    held_at_zero = obs.held > 0 and cur == 0
+    if not valid and not fallback_on and not held_at_zero:
         return _hold(
             obs,
             state,
@@ -445,7 +500,15 @@ def decide(
     # then the HPA part takes it to fallback.replicas).
     fallback_active = fallback_on and policy.fallback is not None and policy.fallback.replicas > 0
     keda = _keda_scale_executor(
-        policy, cur, active or fallback_active, not missing and obs.complete, state, now
+        policy,
+        obs,
+        active or fallback_active,
+        not missing and obs.complete,
+        state,
+        now,
+        up,
+        numbers,
+        limits,
     )
     if keda is not None:
         desired, reason, cooling = keda
@@ -454,7 +517,13 @@ def decide(
         if reason is not None:
             assert state.last_active_t is not None
             numbers["inactive_for_s"] = now - state.last_active_t
-            return _final(ctx, state, desired, reason, limits if desired == cur else [])
+            if desired == cur:
+                kept = limits
+            elif reason == Reason.ACTIVATE:  # the held-queue size met the cold-start guard
+                kept = [r for r in limits if r == Reason.WAITING_FOR_READY]
+            else:
+                kept = []
+            return _final(ctx, state, desired, reason, kept)
 
     # HPA: out-of-range current counts snap to the bounds first.
     if cur > policy.max_replica_count:
@@ -541,7 +610,11 @@ def _final(
     parts.append(_describe_driver(recs))
     extra = {
         Reason.FALLBACK: "fallback replicas after repeated failed reads",
-        Reason.ACTIVATE: "activation threshold crossed",
+        Reason.ACTIVATE: (
+            f"scaled from zero for {obs.held} held requests"
+            if obs.held > 0 and cur == 0
+            else "activation threshold crossed"
+        ),
         Reason.IDLE: "inactive past cooldownPeriod",
         Reason.PANIC: f"panic mode (holding at least {state.panic_max_replicas})",
     }.get(reason)

@@ -176,6 +176,22 @@ class ColdStartGuard(_Model):
     enabled: Bool = True
 
 
+HOLD_CAP_MAX = 1_000_000  # the activator's own bound (activator/config.py)
+
+
+class ScaleToZero(_Model):
+    """Serverless scale to zero (docs/activator.md). ``enabled``: the target goes to 0
+    replicas after ``idlePeriodSeconds`` without activity, even with ``minReplicaCount``
+    >= 1 (that count then applies while active, as KEDA's ``idleReplicaCount: 0``). Never
+    while a replica is starting, a request is held at an activator or a response is still
+    streaming. ``holdCap``: requests the activators hold for the target while it has no
+    Ready replica (unset: the activator's own default)."""
+
+    enabled: Bool = False
+    idle_period_seconds: Int | None = Field(default=None, ge=0, le=86_400)
+    hold_cap: Int | None = Field(default=None, ge=1, le=HOLD_CAP_MAX)
+
+
 def _default_metrics() -> tuple[MetricSpec, ...]:
     # running 32 per replica: on the simulator's 8B/H100 replica TTFT p95 nears 0.5 s at
     # ~25-40 concurrent conversations (prefill shares each step with the decode batch);
@@ -210,7 +226,23 @@ class Policy(_Model):
     capacity: Capacity = Field(default_factory=Capacity)
     warm_pool: WarmPool = Field(default_factory=WarmPool)
     cold_start_guard: ColdStartGuard = Field(default_factory=ColdStartGuard)
+    scale_to_zero: ScaleToZero = Field(default_factory=ScaleToZero)
     allow_fraction_average_value: Bool = False
+
+    @property
+    def may_go_to_zero(self) -> bool:
+        """``scaleToZero.enabled``, or KEDA's ``minReplicaCount: 0`` / ``idleReplicaCount: 0``."""
+        return (
+            self.scale_to_zero.enabled
+            or self.min_replica_count == 0
+            or self.idle_replica_count == 0
+        )
+
+    @property
+    def zero_idle_period_s(self) -> int:
+        """Seconds without activity before the target goes to zero (or to idle)."""
+        period = self.scale_to_zero.idle_period_seconds
+        return period if period is not None else self.cooldown_period
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:
@@ -227,6 +259,23 @@ class Policy(_Model):
                 f"idleReplicaCount: value {self.idle_replica_count} must be < "
                 f"minReplicaCount ({self.min_replica_count}), as in KEDA"
             )
+        stz = self.scale_to_zero
+        if stz.enabled and self.idle_replica_count:
+            problems.append(
+                f"scaleToZero.enabled: value true conflicts with idleReplicaCount "
+                f"({self.idle_replica_count}): the idle count of a target that goes to zero "
+                "is 0 (unset idleReplicaCount)"
+            )
+        if not self.may_go_to_zero:
+            for name, value in (
+                ("idlePeriodSeconds", stz.idle_period_seconds),
+                ("holdCap", stz.hold_cap),
+            ):
+                if value is not None:
+                    problems.append(
+                        f"scaleToZero.{name}: value {value} applies only to a target that "
+                        "may go to zero: set scaleToZero.enabled: true (or minReplicaCount 0)"
+                    )
         if self.fallback is not None and self.fallback.replicas > self.max_replica_count:
             problems.append(
                 f"fallback.replicas: value {self.fallback.replicas} must be <= "

@@ -177,3 +177,26 @@ async def test_held_counts_sum_reporters_and_expire_a_silent_one() -> None:
     assert held.totals(REF) == (0, 0)
     held.report("b", [HeldReport(REF, 1, 0)], ttl_s=60)
     assert risen == [REF, REF]  # left zero again: another poke
+
+
+async def test_the_poked_scale_up_from_zero_is_sized_for_the_held_queue(
+    kube: LocalKubeAPI,
+) -> None:
+    add_target_at_zero(kube)
+    ctl = await start_controller(kube)
+    try:
+        assert ctl.held is not None
+        ctl.held.report("act-a", [HeldReport(REF, 6, 0)], ttl_s=60)  # 6 held, waiting target 2
+        await until(lambda: replicas(kube) == 3, 10, "0 -> ceil(6 / 2) from the poke")
+        st = ctl.state.status(REF)
+        assert st is not None
+
+        def activations() -> list[Any]:
+            return [d for d in list(st.history) if d.reason == Reason.ACTIVATE]
+
+        await until(lambda: bool(activations()), 5, "the activation published")
+        (activation,) = activations()
+        assert activation.desired_replicas == 3
+        assert "scaled from zero for 6 held requests" in activation.message
+    finally:
+        await ctl.stop()

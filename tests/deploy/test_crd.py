@@ -418,9 +418,37 @@ def test_a_document_the_rest_api_accepts_the_crd_accepts_and_vice_versa_per_fiel
             target_spec_from_dict(doc, ref=TargetRef("default", "chat"))
         text = str(err.value)
         cross_field = re.search(
-            r"must be <=|must be <|repeated|fraction|per-replica|is not a label key", text
+            r"must be <=|must be <|repeated|fraction|per-replica|is not a label key"
+            r"|applies only to a target that may go to zero|conflicts with idleReplicaCount",
+            text,
         )
         assert value is None or cross_field, f"{path}={value!r}: only REST refuses: {text}"
 
 
 from autoscaler.domain import TargetRef  # noqa: E402
+
+
+def test_held_requests_are_in_the_status_and_the_held_printer_column() -> None:
+    from autoscaler.domain import Decision, Reason
+    from autoscaler.target_status import status_body
+
+    decision = Decision(
+        t=0.0,
+        current_replicas=0,
+        desired_replicas=2,
+        reason=Reason.ACTIVATE,
+        message="scale up 0 -> 2; scaled from zero for 7 held requests",
+        active=True,
+        numbers={"held": 7.0},
+    )
+    status = status_body(decision, now_rfc3339="2026-01-01T00:00:00Z")
+    assert status["held"] == 7
+    idle = status_body(
+        Decision(0.0, 0, 0, Reason.IDLE, "hold at 0", False), now_rfc3339="2026-01-01T00:00:00Z"
+    )
+    assert idle["held"] == 0  # written back to 0 once nothing is held
+    obj = copy.deepcopy(_examples()[0])
+    obj["status"] = status
+    assert not [e.message for e in crd_validator(_crd()).iter_errors(obj)]
+    columns = _crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+    assert {"name": "Held", "type": "integer", "jsonPath": ".status.held"} in columns

@@ -51,6 +51,10 @@ INVALID = {
         {"maxReplicaCount": 2, "fallback": {"failureThreshold": 3, "replicas": 5}},
         "fallback.replicas",
     ),
+    "scale to zero with an idle count above 0": (
+        {"scaleToZero": {"enabled": True}, "minReplicaCount": 3, "idleReplicaCount": 1},
+        "conflicts with idleReplicaCount",
+    ),
     "warm pool min above max": (
         {"warmPool": {"minReplicas": 3, "maxReplicas": 1}},
         "warmPool.minReplicas",

@@ -4,7 +4,8 @@ Llama-3-8B served by a full H100, a MIG 2g.20gb slice and an L4 (profiles in
 autoscaler/sim/variants.py, sources in docs/simulator.md), per scenario:
 
 - one variant only (each type), sized by the greedy rule over that variant alone;
-- the greedy rule over all three (cheapest placeable up, most expensive down);
+- the greedy rule over all three (cheapest placeable up, most expensive down), ranked
+  per unit of capacity and gap-aware (the cost of closing the gap alone);
 - the optimised mix (scipy milp, re-balanced every 10 minutes, greedy reacting upward);
 - the offline optimum (the same program with hindsight per 10-minute window, replicas
   ready at each window's start).
@@ -72,6 +73,7 @@ def policies(
 ) -> list[VariantPolicy]:
     out: list[VariantPolicy] = [single(v, setups, caps) for v in setups]
     out.append(GreedyPolicy("greedy (3 variants)", setups, caps))
+    out.append(GreedyPolicy("greedy gap-aware (3 variants)", setups, caps, gap_aware=True))
     out.append(MixPolicy(setups, caps))
     out.append(OfflineOptimum(trace, setups, caps))
     return out
@@ -91,12 +93,12 @@ def _initial(policy: VariantPolicy, trace: Trace, setups: Mapping[str, Any]) -> 
     return policy.desired(obs)
 
 
-def run_scenario(job: tuple[str, float | None, int]) -> dict[str, Any]:
-    label, minutes, iterations = job
+def run_scenario(job: tuple[str, float | None, int, float | None]) -> dict[str, Any]:
+    label, minutes, iterations, h100_price = job
     t0 = time.perf_counter()
     _src, slo = SCENARIOS[label]
     trace = load(label, minutes)
-    setups = standard_setups(long_context=label == "long-context")
+    setups = standard_setups(long_context=label == "long-context", h100_price=h100_price)
     caps = capacity_table(setups, trace, slo, iterations=iterations)
     counted = servable_mask(setups, trace, slo)
     rows = []
@@ -167,6 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=8, help="profiling bisection steps")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument(
+        "--h100-price",
+        type=float,
+        default=None,
+        help="USD per H100-hour (slices pay a third of it); default 4.0, calibration.md",
+    )
+    ap.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu_variants.json"
     )
     args = ap.parse_args(argv)
@@ -176,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--scenarios: value {x!r} must be one of {', '.join(SCENARIOS)}")
     if args.minutes is not None and not args.minutes > 1:
         raise SystemExit(f"--minutes: value {args.minutes} must be > 1")
-    jobs = [(x, args.minutes, args.iterations) for x in labels]
+    if args.h100_price is not None and not args.h100_price > 0:
+        raise SystemExit(f"--h100-price: value {args.h100_price} must be > 0")
+    jobs = [(x, args.minutes, args.iterations, args.h100_price) for x in labels]
     if args.jobs > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             results = list(pool.map(run_scenario, jobs))
@@ -189,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd += f" --minutes {args.minutes:g}"
     if args.iterations != 8:
         cmd += f" --iterations {args.iterations}"
+    if args.h100_price is not None:
+        cmd += f" --h100-price {args.h100_price:g}"
     publish(args.out, {"command": cmd, "results": results, "markdown": markdown(results)})
     return 0
 

@@ -10,7 +10,11 @@ The rule is llm-d's workload-variant-autoscaler's, made exact and length-aware:
 
 - scale-up adds one replica at a time to the cheapest variant (cost per unit of
   capacity) that can place a pod: not at its max, no Pending pod, a free slot in the
-  capacity book (free MIG slices or GPUs for its resource);
+  capacity book (free MIG slices or GPUs for its resource). ``gap_aware`` ranks by the
+  cost of closing the remaining gap with that variant alone in whole replicas instead,
+  so a sliver of demand goes to a slice rather than a whole GPU (measured in
+  docs/policy.md "Variants": better for short top-ups between re-balances of the
+  optimised mix, worse as the only rule, where slivers pile up under noise);
 - scale-down removes one replica at a time from the most expensive variant above its
   min, as long as the demand stays covered;
 - requests too long for a variant (over its ``max_model_len``) count only toward the
@@ -187,6 +191,11 @@ def _worst_suffix(
     return 0.0, -1
 
 
+def _cover_cost(v: Variant, excess: float) -> float:
+    """Cost per hour of closing ``excess`` with this variant alone (whole replicas)."""
+    return v.cost_per_replica_hour * math.ceil(excess / v.capacity_per_replica - EPS)
+
+
 def _can_place(v: Variant, s: VariantState, added: int) -> str | None:
     if s.pending > 0:
         return f"{s.pending} pod(s) Pending"
@@ -201,14 +210,17 @@ def split(
     variants: Sequence[Variant],
     states: Mapping[str, VariantState],
     demand: Sequence[LengthDemand],
+    *,
+    gap_aware: bool = False,
 ) -> Split:
     """Replicas per variant covering ``demand`` from the current counts (see module doc).
 
     Each variant first goes to within [min, max]. Scale-up then covers the longest
-    uncovered length class first, adding to the cheapest placeable variant that serves
-    it (what serves a class serves every shorter one); otherwise scale-down removes from the
-    most expensive variant whose removal keeps the demand covered. Variants with Pending pods
-    never grow (their pods are not placeable now) but may shrink."""
+    uncovered length class first, adding to the cheapest placeable variant serving it
+    (what serves a class serves every shorter one); otherwise
+    scale-down removes from the most expensive variant (per unit of capacity) whose
+    removal keeps the demand covered. Variants with Pending pods never grow (their pods
+    are not placeable now) but may shrink."""
     names = [v.name for v in variants]
     if len(set(names)) != len(names):
         raise ConfigError(f"variants: names {names} must be unique")
@@ -241,7 +253,14 @@ def split(
         excess, c = _worst_suffix(variants, counts, todo)
         if excess <= 0:
             break
-        for v in by_cost:
+        # gap-aware: cheapest to close this gap alone (a whole H100 for a sliver of
+        # demand loses to one slice, though the H100 is cheaper per unit of capacity)
+        order = (
+            sorted(by_cost, key=lambda v: (_cover_cost(v, excess), v.cost_per_capacity))
+            if gap_aware
+            else by_cost
+        )
+        for v in order:
             if not v.serves(todo[c].max_len_tokens):
                 continue
             why = _can_place(v, states[v.name], added[v.name])

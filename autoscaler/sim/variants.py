@@ -98,12 +98,15 @@ class VariantSetup:
         return self.price_per_gpu_hour * self.profile.gpus_billed
 
 
-def standard_setups(long_context: bool = False) -> dict[str, VariantSetup]:
+def standard_setups(
+    long_context: bool = False, h100_price: float | None = None
+) -> dict[str, VariantSetup]:
     """The three variants of the benchmark: full H100, MIG 2g.20gb slice, L4."""
     h100 = get_profile("8b-h100-128k" if long_context else "8b-h100")
+    price = PRICE_PER_GPU_HOUR["h100"] if h100_price is None else h100_price
     return {
-        "h100": VariantSetup("h100", h100, PRICE_PER_GPU_HOUR["h100"]),
-        "mig-2g.20gb": VariantSetup("mig-2g.20gb", MIG_2G20GB, PRICE_PER_GPU_HOUR["h100"]),
+        "h100": VariantSetup("h100", h100, price),
+        "mig-2g.20gb": VariantSetup("mig-2g.20gb", MIG_2G20GB, price),
         "l4": VariantSetup("l4", L4, PRICE_PER_GPU_HOUR["l4"]),
     }
 
@@ -497,17 +500,6 @@ def run_variants(
 # ------------------------------------------------------------------ policies
 
 
-def _mix_capacity(caps: Mapping[int, float], rates: Mapping[int, float]) -> float:
-    """Requests/s one replica serves of the observed mix it can take (harmonic mean of
-    the per-bucket capacities, weighted by rate); a prior mix-free fallback when idle."""
-    served = {b: r for b, r in rates.items() if caps.get(b, 0.0) > 0 and r > 0}
-    if not served:
-        usable = [c for c in caps.values() if c > 0]
-        return min(usable) if usable else 0.0
-    total = sum(served.values())
-    return total / sum(r / caps[b] for b, r in served.items())
-
-
 class _Stabilised:
     """HPA-style scale-down stabilisation per variant: apply the highest recommendation
     of the last ``window_s``; scale-up at once."""
@@ -538,17 +530,38 @@ class GreedyPolicy:
         *,
         headroom: float = 1.15,
         scale_down_window_s: float = 300.0,
+        gap_aware: bool = False,
     ) -> None:
         self.name = name
+        self.gap_aware = gap_aware
         self.setups = setups
         self.caps = caps
         self.headroom = headroom
         self.stab = _Stabilised(scale_down_window_s)
 
     def recommend(self, obs: Observation, names: Sequence[str]) -> dict[str, int]:
+        """The split in one unit comparable across variants: "best replicas", each
+        bucket's rate over the highest per-replica capacity any variant has for it. A
+        variant's capacity in that unit is its relative speed on the traffic it can
+        serve (1 for the best variant of every bucket). Requests/s would not do: a
+        variant serving only short requests shows more of them per second than one
+        serving every size, and would look cheaper than it is."""
+        best = {b: max(self.caps[w].get(b, 0.0) for w in names) for b in obs.rate_by_bucket}
+        work = {b: r / best[b] for b, r in obs.rate_by_bucket.items() if best[b] > 0}
         variants = []
         for v in names:
-            cap = _mix_capacity(self.caps[v], obs.rate_by_bucket)
+            mine = {b: w for b, w in work.items() if self.caps[v].get(b, 0.0) > 0}
+            if mine:
+                cap = sum(mine.values()) / sum(
+                    obs.rate_by_bucket[b] / self.caps[v][b] for b in mine
+                )
+            else:  # no traffic it can take now: its mean relative speed
+                rel = [
+                    c / m
+                    for b, c in self.caps[v].items()
+                    if c > 0 and (m := max(self.caps[w].get(b, 0.0) for w in names)) > 0
+                ]
+                cap = sum(rel) / len(rel) if rel else 0.0
             if cap <= 0:
                 continue
             usable = [b for b, c in self.caps[v].items() if c > 0]
@@ -565,14 +578,16 @@ class GreedyPolicy:
                     max_model_len=mml,
                 )
             )
-        demand = [
-            LengthDemand(BUCKETS[b], r * self.headroom) for b, r in obs.rate_by_bucket.items()
-        ]
+        demand = [LengthDemand(BUCKETS[b], w * self.headroom) for b, w in work.items()]
         states = {
             v.name: VariantState(obs.replicas[v.name], obs.pending[v.name], obs.free_slots[v.name])
             for v in variants
         }
-        out = dict(split(variants, states, demand).replicas) if variants else {}
+        out = (
+            dict(split(variants, states, demand, gap_aware=self.gap_aware).replicas)
+            if variants
+            else {}
+        )
         for v in names:
             out.setdefault(v, obs.replicas.get(v, 0))
         return out
@@ -597,22 +612,25 @@ def mix_variants(
 
 class MixPolicy:
     """The optimised mix, re-balanced every ``rebalance_s`` on the peak per-bucket rate of
-    the last ``rebalance_s`` (x headroom); the greedy rule only adds in between."""
+    the last ``rebalance_s`` (the peak is its headroom); the greedy rule only adds in
+    between."""
 
     def __init__(
         self,
         setups: Mapping[str, VariantSetup],
         caps: Mapping[str, Mapping[int, float]],
         *,
-        headroom: float = 1.15,
+        headroom: float = 1.0,
         rebalance_s: float = 600.0,
+        react_headroom: float = 1.0,
     ) -> None:
         self.name = "optimised mix"
         self.setups = setups
         self.caps = caps
         self.headroom = headroom
         self.rebalance_s = rebalance_s
-        self.greedy = GreedyPolicy("greedy", setups, caps, headroom=headroom)
+        # top-ups between re-balances are short-lived: close them at the least cost
+        self.greedy = GreedyPolicy("greedy", setups, caps, headroom=react_headroom, gap_aware=True)
         self.target: dict[str, int] | None = None
         self.next_rebalance_s = 0.0
         self.peak: dict[int, float] = {}

@@ -45,6 +45,7 @@ def test_tiny_run_writes_a_consistent_table(tmp_path: Path) -> None:
         "only mig-2g.20gb",
         "only l4",
         "greedy (3 variants)",
+        "greedy gap-aware (3 variants)",
         "optimised mix",
         "offline optimum",
     }

@@ -38,6 +38,20 @@ def test_scale_up_goes_to_the_cheapest_per_capacity_variant() -> None:
     assert s.replicas == {"slice": 5, "h100": 0}
 
 
+def test_gap_aware_sends_a_sliver_of_demand_to_a_slice_not_a_whole_gpu() -> None:
+    # the H100 is cheaper per unit of capacity (0.67 vs 1.14), but closing a gap of 0.5
+    # costs one slice (1.14) against one H100 (4.0)
+    d = [LengthDemand(100, 6.5)]
+    assert split([SLICE, H100], _states(slice=0, h100=1), d, gap_aware=True).replicas == {
+        "slice": 1,
+        "h100": 1,
+    }
+    assert split([SLICE, H100], _states(slice=0, h100=1), d).replicas == {"slice": 0, "h100": 2}
+    # a gap of 5 costs 5 slices (5.71) or one H100 (4.0)
+    s = split([SLICE, H100], _states(slice=0, h100=1), [LengthDemand(100, 11.0)], gap_aware=True)
+    assert s.replicas == {"slice": 0, "h100": 2}
+
+
 def test_scale_up_skips_a_variant_with_pending_pods() -> None:
     cheap = Variant("slice", 4.0 / 7, 1.0, max_model_len=8192)
     states = {"slice": VariantState(2, pending=1), "h100": VariantState(0)}
@@ -191,12 +205,12 @@ def scenarios(draw: st.DrawFn) -> tuple[list[Variant], dict[str, VariantState], 
 
 
 @settings(max_examples=300, deadline=None)
-@given(scenarios())
+@given(scenarios(), st.booleans())
 def test_split_respects_max_pending_and_the_capacity_book(
-    sc: tuple[list[Variant], dict[str, VariantState], list[LengthDemand]],
+    sc: tuple[list[Variant], dict[str, VariantState], list[LengthDemand]], gap_aware: bool
 ) -> None:
     variants, states, demand = sc
-    s = split(variants, states, demand)
+    s = split(variants, states, demand, gap_aware=gap_aware)
     for v in variants:
         n, st_ = s.replicas[v.name], states[v.name]
         assert n >= v.min_replicas
@@ -209,9 +223,9 @@ def test_split_respects_max_pending_and_the_capacity_book(
 
 
 @settings(max_examples=300, deadline=None)
-@given(scenarios())
+@given(scenarios(), st.booleans())
 def test_split_covers_the_servable_demand_when_capacity_allows(
-    sc: tuple[list[Variant], dict[str, VariantState], list[LengthDemand]],
+    sc: tuple[list[Variant], dict[str, VariantState], list[LengthDemand]], gap_aware: bool
 ) -> None:
     variants, states, demand = sc
     # an unconstrained cluster: no Pending pods, no slot limit, no max
@@ -226,7 +240,9 @@ def test_split_covers_the_servable_demand_when_capacity_allows(
         )
         for v in variants
     ]
-    s = split(free, {k: VariantState(x.replicas) for k, x in states.items()}, demand)
+    s = split(
+        free, {k: VariantState(x.replicas) for k, x in states.items()}, demand, gap_aware=gap_aware
+    )
     longest = max(math.inf if v.max_model_len is None else v.max_model_len for v in free)
     servable = [d for d in demand if d.max_len_tokens <= longest]
     assert s.unplaced_demand == 0

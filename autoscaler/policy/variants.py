@@ -217,10 +217,10 @@ def split(
 
     Each variant first goes to within [min, max]. Scale-up then covers the longest
     uncovered length class first, adding to the cheapest placeable variant serving it
-    (what serves a class serves every shorter one); otherwise
-    scale-down removes from the most expensive variant (per unit of capacity) whose
-    removal keeps the demand covered. Variants with Pending pods never grow (their pods
-    are not placeable now) but may shrink."""
+    (what serves a class serves every shorter one); otherwise scale-down removes from
+    the most expensive variant (per unit of capacity) whose removal keeps the demand
+    covered. Variants with Pending pods never grow (their pods are not placeable now)
+    but may shrink."""
     names = [v.name for v in variants]
     if len(set(names)) != len(names):
         raise ConfigError(f"variants: names {names} must be unique")

@@ -142,3 +142,42 @@ def test_window_loads_are_each_buckets_peak_minute() -> None:
     assert loads[0] == {0: pytest.approx(2.0)} and loads[1] == {0: pytest.approx(1 / 60)}
     assert bucket_of(np.array([1, 1024, 1025, 10**6])).tolist() == [0, 0, 1, len(BUCKETS) - 1]
     assert math.isfinite(loads[0][0])
+
+
+def test_greedy_fills_the_cheaper_slices_then_grows_the_h100_when_the_book_runs_out() -> None:
+    from autoscaler.sim.variants import GreedyPolicy
+
+    base = standard_setups()
+    setups = {
+        "h100": VariantSetup("h100", base["h100"].profile, 4.0, cold_start_s=5.0),
+        "mig-2g.20gb": VariantSetup("mig-2g.20gb", MIG_2G20GB, 4.0, cold_start_s=5.0, slots=3),
+    }
+    # slices cheaper per request here: 1.33 per 2 req/s against 4.0 per 4 req/s
+    caps = {"h100": {0: 4.0}, "mig-2g.20gb": {0: 2.0}}
+    pol = GreedyPolicy("greedy", setups, caps, headroom=1.0, scale_down_window_s=60.0)
+    # 12 req/s = 3 H100s of work: three slices (all the book has) carry 1.5, two H100s
+    # the rest
+    n = 1440
+    trace = from_arrays("t", (np.arange(n) * (120.0 / n)).tolist(), [200] * n, [20] * n)
+    seen: list[Observation] = []
+
+    class Watch:
+        name = "watch"
+
+        def desired(self, obs: Observation) -> dict[str, int]:
+            seen.append(obs)
+            return pol.desired(obs)
+
+    r = run_variants(trace, setups, Watch(), caps, slo_ttft_s=5.0, initial={}, window_s=30.0)
+    assert r.max_replicas == {"h100": 2, "mig-2g.20gb": 3}
+    first = next(o for o in seen if sum(o.replicas.values()) > 0)
+    # the ramp (half a window of arrivals at the first poll) fits on slices alone; the
+    # H100s come once the book has no slice left
+    assert first.replicas == {"h100": 0, "mig-2g.20gb": 3}
+    grown = next(o for o in seen if o.replicas["h100"] > 0)
+    assert grown.now_s > first.now_s and grown.free_slots["mig-2g.20gb"] == 0
+    # without the book's limit the same demand stays on slices
+    free = {**setups, "mig-2g.20gb": VariantSetup("mig-2g.20gb", MIG_2G20GB, 4.0, cold_start_s=5.0)}
+    pol = GreedyPolicy("greedy", free, caps, headroom=1.0, scale_down_window_s=60.0)
+    r = run_variants(trace, free, pol, caps, slo_ttft_s=5.0, initial={}, window_s=30.0)
+    assert r.max_replicas == {"h100": 0, "mig-2g.20gb": 6}

@@ -50,6 +50,24 @@ class ScaleTargetRef:
     api_version: str = "apps/v1"
 
 
+# ------------------------------------------------------------ GPU variants (issue 37)
+
+
+@dataclass(frozen=True, slots=True)
+class VariantSpec:
+    """One Deployment of the target's model (a GPU type, a MIG slice ...): the greedy
+    split (policy/variants.py) sizes it. Spec and validation only so far: the controller
+    still scales ``scaleTargetRef`` alone."""
+
+    name: str
+    scale_target_ref: ScaleTargetRef
+    cost_per_replica_hour: float  # relative: a GPU-hour price or a slice's share
+    capacity_per_replica: float | None = None  # None: learned
+    min_replicas: int = 0
+    max_replicas: int | None = None
+    max_model_len: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class TargetSpec:
     """One autoscaled target: the LLMAutoscaler spec (policy + where and how to act)."""
@@ -65,6 +83,7 @@ class TargetSpec:
     # The autoscaling.llmscaler.io/paused(-replicas) annotation (policy/status.py): no
     # writes, or one to the paused count.
     pause: Pause | None = None
+    variants: tuple[VariantSpec, ...] = ()  # issue 37; empty: one Deployment
     # The policy document as the user wrote it (profile + overrides), when the spec was
     # read from one; what the stores write back. Not part of equality: ``policy`` is what
     # the target runs.
@@ -120,6 +139,7 @@ _SPEC_KEYS: Final[frozenset[str]] = frozenset(
         "engine",
         "selector",
         "policy",
+        "variants",
     }
 )
 
@@ -142,6 +162,8 @@ def target_spec_to_dict(spec: TargetSpec) -> dict[str, Any]:
     }
     if spec.selector is not None:
         doc["selector"] = dict(spec.selector)
+    if spec.variants:
+        doc["variants"] = variants_to_list(spec.variants)
     return doc
 
 
@@ -245,6 +267,8 @@ def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = Non
         problems.extend(bad)
         selector = None
 
+    variants = parse_variants(doc.get("variants"), "variants", problems)
+
     policy_doc = doc.get("policy", {})
     source: PolicySource | None = None
     if not isinstance(policy_doc, Mapping):
@@ -266,6 +290,7 @@ def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = Non
         metrics_path=path,
         engine=engine,
         selector=dict(selector) if selector is not None else None,
+        variants=variants,
     )
 
 
@@ -273,7 +298,7 @@ def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = Non
 
 API_VERSION = f"{CRD_GROUP}/{CRD_VERSION}"
 _TARGET_KEYS = frozenset(
-    {"scaleTargetRef", "mode", "metricsPort", "metricsPath", "engine", "selector"}
+    {"scaleTargetRef", "mode", "metricsPort", "metricsPath", "engine", "selector", "variants"}
 )
 _MODES = ("direct", "keda", "advisory")
 
@@ -291,6 +316,8 @@ def spec_to_object(spec: TargetSpec) -> dict[str, Any]:
     body["engine"] = spec.engine
     if spec.selector is not None:
         body["selector"] = {"matchLabels": dict(spec.selector)}
+    if spec.variants:
+        body["variants"] = variants_to_list(spec.variants)
     return {
         "apiVersion": API_VERSION,
         "kind": CRD_KIND,
@@ -334,6 +361,7 @@ def object_to_spec(obj: Mapping[str, Any]) -> TargetSpec:
             labels = {str(k): str(v) for k, v in ml.items()}
     pause, pause_problems = parse_pause(meta.get("annotations") or {})
     problems.extend(pause_problems)
+    variants = parse_variants(raw.get("variants"), "spec.variants", problems)
     policy_doc = {k: v for k, v in raw.items() if k not in _TARGET_KEYS}
     source: PolicySource | None = None
     try:
@@ -356,4 +384,163 @@ def object_to_spec(obj: Mapping[str, Any]) -> TargetSpec:
         engine=str(raw.get("engine", "auto")),
         selector=labels,
         pause=pause,
+        variants=variants,
     )
+
+
+# ------------------------------------------------------------ GPU variants (issue 37)
+
+_VARIANT_KEYS: Final[tuple[str, ...]] = (
+    "name",
+    "scaleTargetRef",
+    "costPerReplicaHour",
+    "capacityPerReplica",
+    "minReplicas",
+    "maxReplicas",
+    "maxModelLen",
+)
+MAX_VARIANTS: Final[int] = 16
+
+
+def variants_to_list(variants: tuple[VariantSpec, ...]) -> list[dict[str, Any]]:
+    """camelCase list of the variants (the REST document's and the CRD's shape)."""
+    out: list[dict[str, Any]] = []
+    for v in variants:
+        item: dict[str, Any] = {
+            "name": v.name,
+            "scaleTargetRef": {
+                "apiVersion": v.scale_target_ref.api_version,
+                "kind": v.scale_target_ref.kind,
+                "name": v.scale_target_ref.name,
+            },
+            "costPerReplicaHour": v.cost_per_replica_hour,
+        }
+        if v.capacity_per_replica is not None:
+            item["capacityPerReplica"] = v.capacity_per_replica
+        item["minReplicas"] = v.min_replicas
+        if v.max_replicas is not None:
+            item["maxReplicas"] = v.max_replicas
+        if v.max_model_len is not None:
+            item["maxModelLen"] = v.max_model_len
+        out.append(item)
+    return out
+
+
+def _positive_number(value: Any) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and value == value  # not NaN
+        and 0 < value < float("inf")
+    )
+
+
+def _count(value: Any, low: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= low
+
+
+def parse_variants(raw: Any, where: str, problems: list[str]) -> tuple[VariantSpec, ...]:
+    """The ``variants`` list of a target (absent: none); each problem names the field
+    (``where[i].field``), the value and the rule, appended to ``problems``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append(f"{where}: value {raw!r} must be a list of variants")
+        return ()
+    if len(raw) > MAX_VARIANTS:
+        problems.append(f"{where}: {len(raw)} variants, at most {MAX_VARIANTS} allowed")
+        return ()
+    out: list[VariantSpec] = []
+    names: set[str] = set()
+    targets: set[tuple[str, str]] = set()
+    for i, item in enumerate(raw):
+        at = f"{where}[{i}]"
+        if not isinstance(item, Mapping):
+            problems.append(f"{at}: value {item!r} must be an object")
+            continue
+        before = len(problems)
+        for key in item:
+            if key not in _VARIANT_KEYS:
+                problems.append(f"{at}.{key}: unknown field (allowed: {', '.join(_VARIANT_KEYS)})")
+        name = item.get("name")
+        if not isinstance(name, str) or not _is_dns_label(name) or len(name) > 63 or "." in name:
+            problems.append(
+                f"{at}.name: value {name!r} must be a DNS label (lowercase alphanumerics and"
+                " '-', 1-63 characters)"
+            )
+        elif name in names:
+            problems.append(f"{at}.name: value {name!r} must be unique among the variants")
+        else:
+            names.add(name)
+        ref = item.get("scaleTargetRef")
+        str_ref = ScaleTargetRef()
+        if not isinstance(ref, Mapping):
+            problems.append(f"{at}.scaleTargetRef: value {ref!r} must be an object with a name")
+        else:
+            for key in ref:
+                if key not in ("kind", "name", "apiVersion"):
+                    problems.append(
+                        f"{at}.scaleTargetRef.{key}: unknown field (allowed: kind, name, "
+                        "apiVersion)"
+                    )
+            kind = ref.get("kind", "Deployment")
+            target = ref.get("name")
+            api_version = ref.get("apiVersion", "apps/v1")
+            if kind not in _KINDS:
+                problems.append(
+                    f"{at}.scaleTargetRef.kind: value {kind!r} must be one of {', '.join(_KINDS)}"
+                )
+            if not isinstance(target, str) or not _is_dns_label(target):
+                problems.append(
+                    f"{at}.scaleTargetRef.name: value {target!r} must be a Kubernetes name"
+                )
+            elif (kind, target) in targets:
+                problems.append(
+                    f"{at}.scaleTargetRef.name: value {target!r} is another variant's target"
+                    " (one Deployment per variant)"
+                )
+            else:
+                targets.add((kind, target))
+            if not isinstance(api_version, str) or not api_version:
+                problems.append(
+                    f"{at}.scaleTargetRef.apiVersion: value {api_version!r} must be a "
+                    "non-empty string"
+                )
+            if len(problems) == before:
+                str_ref = ScaleTargetRef(kind=kind, name=str(target), api_version=api_version)
+        cost = item.get("costPerReplicaHour")
+        if not _positive_number(cost):
+            problems.append(
+                f"{at}.costPerReplicaHour: value {cost!r} must be a number > 0 (a GPU-hour "
+                "price, or a slice's share of one)"
+            )
+        capacity = item.get("capacityPerReplica")
+        if capacity is not None and not _positive_number(capacity):
+            problems.append(
+                f"{at}.capacityPerReplica: value {capacity!r} must be a number > 0 (omit it"
+                " to learn it)"
+            )
+        low = item.get("minReplicas", 0)
+        if not _count(low, 0):
+            problems.append(f"{at}.minReplicas: value {low!r} must be an integer >= 0")
+        high = item.get("maxReplicas")
+        if high is not None and not _count(high, 0):
+            problems.append(f"{at}.maxReplicas: value {high!r} must be an integer >= 0")
+        elif high is not None and _count(low, 0) and high < low:
+            problems.append(f"{at}.maxReplicas: value {high!r} must be >= minReplicas ({low})")
+        mml = item.get("maxModelLen")
+        if mml is not None and not _count(mml, 1):
+            problems.append(f"{at}.maxModelLen: value {mml!r} must be an integer >= 1")
+        if len(problems) == before:
+            out.append(
+                VariantSpec(
+                    name=str(name),
+                    scale_target_ref=str_ref,
+                    cost_per_replica_hour=float(cast(float, cost)),
+                    capacity_per_replica=None if capacity is None else float(capacity),
+                    min_replicas=low,
+                    max_replicas=high,
+                    max_model_len=mml,
+                )
+            )
+    return tuple(out)

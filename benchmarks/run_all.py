@@ -28,6 +28,7 @@ ORDER = (
     "bench_warmpool.py",
     "bench_seeds.py",
     "bench_variants.py",
+    "bench_gpu_variants.py",
     "bench_reaction.py",
     "bench_emulator_speed.py",
 )

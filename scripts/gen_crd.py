@@ -156,23 +156,85 @@ def policy_spec_schema() -> dict[str, Any]:
     return schema
 
 
-def _target_fields() -> dict[str, Any]:
+def _scale_target_ref(description: str) -> dict[str, Any]:
     return {
-        "scaleTargetRef": {
-            "description": "The workload whose replicas are scaled (its scale subresource).",
+        "description": description,
+        "type": "object",
+        "required": ["kind", "name"],
+        "properties": {
+            "apiVersion": {"type": "string", "minLength": 1, "default": "apps/v1"},
+            "kind": {"type": "string", "enum": ["Deployment", "StatefulSet"]},
+            "name": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 253,
+                "pattern": OBJECT_NAME_PATTERN,
+            },
+        },
+    }
+
+
+# GPU variants (issue 37): spec and validation only, the controller scales scaleTargetRef.
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def _variants_field() -> dict[str, Any]:
+    positive = {"type": "number", "minimum": 0, "exclusiveMinimum": True}
+    return {
+        "description": (
+            "Several Deployments of the same model (GPU types, MIG slices): the model's "
+            "demand is decided once and split across them, cheapest first up, most "
+            "expensive first down (docs/policy.md, Variants). Validated, not yet acted on: "
+            "the controller scales scaleTargetRef."
+        ),
+        "type": "array",
+        "maxItems": 16,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["name"],
+        "items": {
             "type": "object",
-            "required": ["kind", "name"],
+            "required": ["name", "scaleTargetRef", "costPerReplicaHour"],
             "properties": {
-                "apiVersion": {"type": "string", "minLength": 1, "default": "apps/v1"},
-                "kind": {"type": "string", "enum": ["Deployment", "StatefulSet"]},
                 "name": {
                     "type": "string",
                     "minLength": 1,
-                    "maxLength": 253,
-                    "pattern": OBJECT_NAME_PATTERN,
+                    "maxLength": 63,
+                    "pattern": DNS_LABEL_PATTERN,
+                },
+                "scaleTargetRef": _scale_target_ref("This variant's Deployment."),
+                "costPerReplicaHour": {
+                    **positive,
+                    "description": "Relative cost: a GPU-hour price, or a slice's share.",
+                },
+                "capacityPerReplica": {
+                    **positive,
+                    "description": "Demand one replica serves within the SLO; unset: learned.",
+                },
+                "minReplicas": {"type": "integer", "minimum": 0},
+                "maxReplicas": {"type": "integer", "minimum": 0},
+                "maxModelLen": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Longest prompt + output it serves; longer requests "
+                    "count only toward variants that can.",
                 },
             },
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.maxReplicas) || !has(self.minReplicas) || "
+                    "self.minReplicas <= self.maxReplicas",
+                    "message": "minReplicas must be <= maxReplicas",
+                }
+            ],
         },
+    }
+
+
+def _target_fields() -> dict[str, Any]:
+    return {
+        "scaleTargetRef": _scale_target_ref(
+            "The workload whose replicas are scaled (its scale subresource)."
+        ),
         "mode": {
             "description": (
                 "direct: the controller patches the scale subresource; keda: KEDA owns the "
@@ -221,6 +283,7 @@ def _target_fields() -> dict[str, Any]:
                 }
             },
         },
+        "variants": _variants_field(),
     }
 
 

@@ -13,7 +13,15 @@ from autoscaler.policy.schema import Policy, load_policy
 from tests.deploy.manifests import DEPLOY, all_objects, crd_validator, load_docs, load_script
 
 CRD_FILE = DEPLOY / "base" / "crd.yaml"
-TARGET_FIELDS = {"scaleTargetRef", "mode", "metricsPort", "metricsPath", "engine", "selector"}
+TARGET_FIELDS = {
+    "scaleTargetRef",
+    "mode",
+    "metricsPort",
+    "metricsPath",
+    "engine",
+    "selector",
+    "variants",
+}
 gen_crd = load_script("gen_crd")
 
 

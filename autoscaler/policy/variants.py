@@ -1,0 +1,292 @@
+"""One model on several Deployments (GPU variants): the greedy split of its demand.
+
+The model's demand is decided once, from the summed signals of all its pods (in the
+caller's unit: requests/s, prompt tokens/s ...); this module only splits it. Each variant
+serves ``capacity_per_replica`` of that unit within the SLO and costs
+``cost_per_replica_hour`` (a GPU-hour price, or a slice's fraction of one: only ratios
+matter).
+
+The rule is llm-d's workload-variant-autoscaler's, made exact and length-aware:
+
+- scale-up adds one replica at a time to the cheapest variant (cost per unit of
+  capacity) that can place a pod: not at its max, no Pending pod, a free slot in the
+  capacity book (free MIG slices or GPUs for its resource). ``gap_aware`` ranks by the
+  cost of closing the remaining gap with that variant alone in whole replicas instead,
+  so a sliver of demand goes to a slice rather than a whole GPU (measured in
+  docs/policy.md "Variants": better for short top-ups between re-balances of the
+  optimised mix, worse as the only rule, where slivers pile up under noise);
+- scale-down removes one replica at a time from the most expensive variant above its
+  min, as long as the demand stays covered;
+- requests too long for a variant (over its ``max_model_len``) count only toward the
+  variants that can serve them: demand arrives per length class, and a count covers it
+  when every class and everything longer fits on the variants long enough for it.
+
+Pure: no I/O, no clock. Stabilisation windows and rate limits stay the caller's, per
+variant, as for a single Deployment.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from autoscaler.errors import ConfigError
+
+EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One Deployment of the model. ``max_model_len`` None: no length limit."""
+
+    name: str
+    cost_per_replica_hour: float
+    capacity_per_replica: float
+    min_replicas: int = 0
+    max_replicas: int | None = None
+    max_model_len: int | None = None
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        p = f"variants[{self.name}]"
+        if not self.name:
+            problems.append("variants[].name: value '' must be non-empty")
+        if not (math.isfinite(self.cost_per_replica_hour) and self.cost_per_replica_hour > 0):
+            problems.append(
+                f"{p}.cost_per_replica_hour: value {self.cost_per_replica_hour} must be > 0"
+            )
+        if not (math.isfinite(self.capacity_per_replica) and self.capacity_per_replica > 0):
+            problems.append(
+                f"{p}.capacity_per_replica: value {self.capacity_per_replica} must be > 0"
+            )
+        if self.min_replicas < 0:
+            problems.append(f"{p}.min_replicas: value {self.min_replicas} must be >= 0")
+        if self.max_replicas is not None and self.max_replicas < self.min_replicas:
+            problems.append(
+                f"{p}.max_replicas: value {self.max_replicas} must be >= min_replicas"
+                f" {self.min_replicas}"
+            )
+        if self.max_model_len is not None and self.max_model_len < 1:
+            problems.append(f"{p}.max_model_len: value {self.max_model_len} must be >= 1")
+        if problems:
+            raise ConfigError("invalid variant", problems)
+
+    @property
+    def cost_per_capacity(self) -> float:
+        """Cost of one unit of demand-hour on this variant: the greedy rule's order."""
+        return self.cost_per_replica_hour / self.capacity_per_replica
+
+    def serves(self, length_tokens: int) -> bool:
+        return self.max_model_len is None or length_tokens <= self.max_model_len
+
+
+@dataclass(frozen=True, slots=True)
+class VariantState:
+    """What the cluster shows for one variant now. ``free_slots``: pods the capacity book
+    can still place for its GPU resource (None: not limited, e.g. nodes are provisioned)."""
+
+    replicas: int
+    pending: int = 0
+    free_slots: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas < 0 or self.pending < 0 or self.pending > self.replicas:
+            raise ConfigError(
+                f"variant state: replicas {self.replicas} and pending {self.pending} must "
+                "satisfy 0 <= pending <= replicas"
+            )
+        if self.free_slots is not None and self.free_slots < 0:
+            raise ConfigError(f"variant state: free_slots value {self.free_slots} must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class LengthDemand:
+    """Demand of the requests whose prompt + output is at most ``max_len_tokens``
+    (and longer than the previous class's bound)."""
+
+    max_len_tokens: int
+    demand: float
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """The decision: replicas per variant, and what it could not do."""
+
+    replicas: Mapping[str, int]
+    unplaced_demand: float  # demand no placeable variant could take (capacity-limited)
+    unservable_demand: float  # demand longer than every variant's max_model_len
+    blocked: Mapping[str, str]  # variant -> why it could not grow (when growth was wanted)
+
+
+def demand_by_length(
+    total_demand: float, length_shares: Mapping[int, float]
+) -> tuple[LengthDemand, ...]:
+    """Split the model's one demand over length classes by the observed histogram
+    (class upper bound in tokens -> share of the demand; shares need not be normalised).
+    An empty histogram puts everything in the shortest class (length 1)."""
+    if not math.isfinite(total_demand) or total_demand < 0:
+        raise ConfigError(f"demand: value {total_demand} must be a finite number >= 0")
+    weights = {k: float(v) for k, v in length_shares.items() if v > 0}
+    for k, v in length_shares.items():
+        if k < 1 or not math.isfinite(v) or v < 0:
+            raise ConfigError(
+                f"length_shares[{k}]: value {v} must be finite and >= 0, key must be >= 1"
+            )
+    s = sum(weights.values())
+    if s <= 0:
+        return (LengthDemand(1, total_demand),)
+    return tuple(LengthDemand(k, total_demand * weights[k] / s) for k in sorted(weights))
+
+
+def _classes(demand: Sequence[LengthDemand]) -> list[LengthDemand]:
+    merged: dict[int, float] = {}
+    for d in demand:
+        if d.max_len_tokens < 1 or not math.isfinite(d.demand) or d.demand < 0:
+            raise ConfigError(
+                f"demand[{d.max_len_tokens}]: value {d.demand} must be finite and >= 0 "
+                "with max_len_tokens >= 1"
+            )
+        merged[d.max_len_tokens] = merged.get(d.max_len_tokens, 0.0) + d.demand
+    return [LengthDemand(k, merged[k]) for k in sorted(merged)]
+
+
+def shortfall(
+    variants: Sequence[Variant], counts: Mapping[str, int], demand: Sequence[LengthDemand]
+) -> float:
+    """Demand the counts cannot cover (0: covered). Variants able to serve a class also
+    serve every shorter one, so Hall's condition on suffixes is exact: for each class,
+    the demand of it and of every longer class must fit on the variants long enough for
+    it; the shortfall is the worst suffix's excess."""
+    classes = _classes(demand)
+    worst = 0.0
+    tail = 0.0
+    for c in reversed(classes):
+        tail += c.demand
+        cap = sum(
+            v.capacity_per_replica * counts.get(v.name, 0)
+            for v in variants
+            if v.serves(c.max_len_tokens)
+        )
+        worst = max(worst, tail - cap)
+    return worst if worst > EPS * max(1.0, tail) else 0.0
+
+
+def _worst_suffix(
+    variants: Sequence[Variant], counts: Mapping[str, int], classes: Sequence[LengthDemand]
+) -> tuple[float, int]:
+    """(excess, index) of the longest class whose suffix demand exceeds the capacity of the
+    variants serving it; excess <= 0 when all are covered."""
+    tail = 0.0
+    for i in range(len(classes) - 1, -1, -1):
+        c = classes[i]
+        tail += c.demand
+        cap = sum(
+            v.capacity_per_replica * counts.get(v.name, 0)
+            for v in variants
+            if v.serves(c.max_len_tokens)
+        )
+        if tail - cap > EPS * max(1.0, tail):
+            return tail - cap, i
+    return 0.0, -1
+
+
+def _cover_cost(v: Variant, excess: float) -> float:
+    """Cost per hour of closing ``excess`` with this variant alone (whole replicas)."""
+    return v.cost_per_replica_hour * math.ceil(excess / v.capacity_per_replica - EPS)
+
+
+def _can_place(v: Variant, s: VariantState, added: int) -> str | None:
+    if s.pending > 0:
+        return f"{s.pending} pod(s) Pending"
+    if v.max_replicas is not None and s.replicas + added >= v.max_replicas:
+        return f"at max_replicas {v.max_replicas}"
+    if s.free_slots is not None and added >= s.free_slots:
+        return "no free slot in the capacity book"
+    return None
+
+
+def split(
+    variants: Sequence[Variant],
+    states: Mapping[str, VariantState],
+    demand: Sequence[LengthDemand],
+    *,
+    gap_aware: bool = False,
+) -> Split:
+    """Replicas per variant covering ``demand`` from the current counts (see module doc).
+
+    Each variant first goes to within [min, max]. Scale-up then covers the longest
+    uncovered length class first, adding to the cheapest placeable variant serving it
+    (what serves a class serves every shorter one); otherwise scale-down removes from
+    the most expensive variant (per unit of capacity) whose removal keeps the demand
+    covered. Variants with Pending pods never grow (their pods are not placeable now)
+    but may shrink."""
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"variants: names {names} must be unique")
+    missing = [n for n in names if n not in states]
+    if missing:
+        raise ConfigError(f"states: variants {missing} have no state")
+    counts: dict[str, int] = {}
+    for v in variants:
+        n = max(states[v.name].replicas, v.min_replicas)
+        if v.max_replicas is not None:
+            n = min(n, v.max_replicas)
+        counts[v.name] = n
+    classes = _classes(demand)
+    longest_served = (
+        max((math.inf if v.max_model_len is None else v.max_model_len) for v in variants)
+        if variants
+        else 0
+    )
+    servable = [c for c in classes if c.max_len_tokens <= longest_served]
+    unservable = sum(c.demand for c in classes if c.max_len_tokens > longest_served)
+
+    added = {v.name: max(0, counts[v.name] - states[v.name].replicas) for v in variants}
+    blocked: dict[str, str] = {}
+    by_cost = sorted(variants, key=lambda v: (v.cost_per_capacity, v.cost_per_replica_hour, v.name))
+    grew = shortfall(variants, counts, servable) > 0
+    unplaced = 0.0
+    todo = list(servable)
+    while todo:
+        # the longest class whose suffix is short: what serves it serves all shorter ones
+        excess, c = _worst_suffix(variants, counts, todo)
+        if excess <= 0:
+            break
+        # gap-aware: cheapest to close this gap alone (a whole H100 for a sliver of
+        # demand loses to one slice, though the H100 is cheaper per unit of capacity)
+        order = (
+            sorted(by_cost, key=lambda v: (_cover_cost(v, excess), v.cost_per_capacity))
+            if gap_aware
+            else by_cost
+        )
+        for v in order:
+            if not v.serves(todo[c].max_len_tokens):
+                continue
+            why = _can_place(v, states[v.name], added[v.name])
+            if why is not None:
+                blocked[v.name] = why
+                continue
+            counts[v.name] += 1
+            added[v.name] += 1
+            break
+        else:  # nothing placeable serves it: that much of the class stays unplaced
+            unplaced += excess
+            todo[c] = LengthDemand(todo[c].max_len_tokens, max(0.0, todo[c].demand - excess))
+    gap = unplaced
+    if not grew:
+        # scale-down: most expensive first, while the demand stays covered (never in the
+        # decision that grew: new pods are not ready yet, so no swap of ready for starting)
+        for v in reversed(by_cost):
+            while counts[v.name] > v.min_replicas:
+                trial = dict(counts)
+                trial[v.name] -= 1
+                if shortfall(variants, trial, servable) > 0:
+                    break
+                counts = trial
+    return Split(
+        replicas=counts,
+        unplaced_demand=gap,
+        unservable_demand=unservable,
+        blocked=dict(sorted(blocked.items())) if gap > 0 else {},
+    )

@@ -1,0 +1,274 @@
+"""The greedy split of one model's demand across its GPU variants (policy/variants.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoscaler.errors import ConfigError
+from autoscaler.policy.variants import (
+    LengthDemand,
+    Variant,
+    VariantState,
+    demand_by_length,
+    shortfall,
+    split,
+)
+
+# relative prices: a MIG 2g.20gb slice at 2/7 of an H100, the H100 itself
+SLICE = Variant(
+    "slice", cost_per_replica_hour=4.0 * 2 / 7, capacity_per_replica=1.0, max_model_len=8192
+)
+H100 = Variant("h100", cost_per_replica_hour=4.0, capacity_per_replica=6.0)
+
+
+def _states(**counts: int) -> dict[str, VariantState]:
+    return {k: VariantState(v) for k, v in counts.items()}
+
+
+def test_scale_up_goes_to_the_cheapest_per_capacity_variant() -> None:
+    # slice: 1.14 per unit of capacity; h100: 0.67 -> the H100 is cheaper per unit
+    s = split([SLICE, H100], _states(slice=0, h100=0), [LengthDemand(100, 5.0)])
+    assert s.replicas == {"slice": 0, "h100": 1}
+    cheap = Variant("slice", 4.0 / 7, 1.0, max_model_len=8192)  # cheaper per unit now
+    s = split([cheap, H100], _states(slice=0, h100=0), [LengthDemand(100, 5.0)])
+    assert s.replicas == {"slice": 5, "h100": 0}
+
+
+def test_gap_aware_sends_a_sliver_of_demand_to_a_slice_not_a_whole_gpu() -> None:
+    # the H100 is cheaper per unit of capacity (0.67 vs 1.14), but closing a gap of 0.5
+    # costs one slice (1.14) against one H100 (4.0)
+    d = [LengthDemand(100, 6.5)]
+    assert split([SLICE, H100], _states(slice=0, h100=1), d, gap_aware=True).replicas == {
+        "slice": 1,
+        "h100": 1,
+    }
+    assert split([SLICE, H100], _states(slice=0, h100=1), d).replicas == {"slice": 0, "h100": 2}
+    # a gap of 5 costs 5 slices (5.71) or one H100 (4.0)
+    s = split([SLICE, H100], _states(slice=0, h100=1), [LengthDemand(100, 11.0)], gap_aware=True)
+    assert s.replicas == {"slice": 0, "h100": 2}
+
+
+def test_scale_up_skips_a_variant_with_pending_pods() -> None:
+    cheap = Variant("slice", 4.0 / 7, 1.0, max_model_len=8192)
+    states = {"slice": VariantState(2, pending=1), "h100": VariantState(0)}
+    s = split([cheap, H100], states, [LengthDemand(100, 5.0)])
+    assert s.replicas["slice"] == 2
+    assert s.replicas["h100"] == 1
+    assert s.unplaced_demand == 0
+
+
+def test_scale_up_spills_to_the_next_variant_when_slices_run_out() -> None:
+    cheap = Variant("slice", 4.0 / 7, 1.0, max_model_len=8192)
+    states = {"slice": VariantState(1, free_slots=2), "h100": VariantState(0)}
+    s = split([cheap, H100], states, [LengthDemand(100, 5.0)])
+    assert s.replicas == {"slice": 3, "h100": 1}
+
+
+def test_nothing_placeable_reports_the_unplaced_demand_and_why() -> None:
+    cheap = Variant("slice", 4.0 / 7, 1.0, max_replicas=2, max_model_len=8192)
+    pinned = Variant("h100", 4.0, 6.0, max_replicas=0)
+    s = split([cheap, pinned], _states(slice=0, h100=0), [LengthDemand(100, 5.0)])
+    assert s.replicas == {"slice": 2, "h100": 0}
+    assert s.unplaced_demand == pytest.approx(3.0)
+    assert "max_replicas" in s.blocked["slice"] and "max_replicas" in s.blocked["h100"]
+
+
+def test_scale_down_removes_the_most_expensive_first() -> None:
+    cheap = Variant("slice", 4.0 / 7, 1.0, max_model_len=8192)
+    s = split([cheap, H100], _states(slice=4, h100=2), [LengthDemand(100, 5.0)])
+    # one H100 goes first (4 + 6 still covers 5), then the slices it makes surplus
+    assert s.replicas == {"slice": 0, "h100": 1}
+    s = split([cheap, H100], _states(slice=4, h100=2), [LengthDemand(100, 3.5)])
+    assert s.replicas == {"slice": 4, "h100": 0}
+
+
+def test_a_decision_that_grows_never_also_shrinks() -> None:
+    cheap = Variant("slice", 4.0 / 7, 1.0, max_model_len=8192)
+    s = split([cheap, H100], _states(slice=0, h100=1), [LengthDemand(100, 9.0)])
+    assert s.replicas["h100"] == 1  # the ready H100 stays while slices start
+    assert s.replicas["slice"] == 3
+
+
+def test_long_requests_count_only_toward_variants_that_serve_them() -> None:
+    cheap = Variant("slice", 4.0 / 7, 1.0, max_model_len=8192)
+    demand = [LengthDemand(4096, 3.0), LengthDemand(32_768, 2.0)]
+    s = split([cheap, H100], _states(slice=0, h100=0), demand)
+    # the 32k class needs an H100 (capacity 6 covers 2); the short class then fits on it too
+    assert s.replicas == {"slice": 0, "h100": 1}
+    assert shortfall([cheap, H100], {"slice": 10, "h100": 0}, demand) == pytest.approx(2.0)
+
+
+def test_demand_longer_than_every_variant_is_reported_not_chased() -> None:
+    cheap = Variant("slice", 4.0 / 7, 1.0, max_model_len=8192)
+    s = split([cheap], _states(slice=1), [LengthDemand(100, 1.0), LengthDemand(9000, 7.0)])
+    assert s.replicas == {"slice": 1}
+    assert s.unservable_demand == pytest.approx(7.0)
+
+
+def test_min_and_max_bound_the_counts_even_without_demand() -> None:
+    v = Variant("a", 1.0, 1.0, min_replicas=2, max_replicas=3)
+    assert split([v], _states(a=0), []).replicas == {"a": 2}
+    assert split([v], _states(a=9), []).replicas == {"a": 2}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"cost_per_replica_hour": 0.0}, "cost_per_replica_hour"),
+        ({"capacity_per_replica": -1.0}, "capacity_per_replica"),
+        ({"capacity_per_replica": math.nan}, "capacity_per_replica"),
+        ({"min_replicas": 3, "max_replicas": 2}, "max_replicas"),
+        ({"max_model_len": 0}, "max_model_len"),
+    ],
+)
+def test_bad_variants_are_refused_naming_field_value_and_rule(
+    kwargs: dict[str, float], field: str
+) -> None:
+    base: dict[str, object] = {
+        "name": "v",
+        "cost_per_replica_hour": 1.0,
+        "capacity_per_replica": 1.0,
+    }
+    base.update(kwargs)
+    with pytest.raises(ConfigError) as e:
+        Variant(**base)  # type: ignore[arg-type]
+    assert f"variants[v].{field}: value" in str(e.value) and "must be" in str(e.value)
+
+
+def test_duplicate_names_and_missing_states_are_refused() -> None:
+    with pytest.raises(ConfigError, match="unique"):
+        split([H100, H100], _states(h100=0), [])
+    with pytest.raises(ConfigError, match="no state"):
+        split([SLICE, H100], _states(h100=0), [])
+
+
+def test_demand_by_length_keeps_the_total_and_refuses_negative_demand() -> None:
+    d = demand_by_length(10.0, {4096: 3, 32_768: 1})
+    assert [x.max_len_tokens for x in d] == [4096, 32_768]
+    assert sum(x.demand for x in d) == pytest.approx(10.0)
+    assert d[1].demand == pytest.approx(2.5)
+    assert demand_by_length(4.0, {}) == (LengthDemand(1, 4.0),)
+    with pytest.raises(ConfigError, match="demand: value -1"):
+        demand_by_length(-1.0, {})
+
+
+# ----------------------------------------------------------------- properties
+
+variant_st = st.builds(
+    Variant,
+    name=st.just("x"),
+    cost_per_replica_hour=st.floats(0.1, 10.0),
+    capacity_per_replica=st.floats(0.2, 20.0),
+    min_replicas=st.integers(0, 2),
+    max_replicas=st.one_of(st.none(), st.integers(2, 12)),
+    max_model_len=st.one_of(st.none(), st.sampled_from([2048, 8192, 32_768])),
+)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[list[Variant], dict[str, VariantState], list[LengthDemand]]:
+    raw = draw(st.lists(variant_st, min_size=1, max_size=4))
+    variants = [
+        Variant(
+            f"v{i}",
+            v.cost_per_replica_hour,
+            v.capacity_per_replica,
+            v.min_replicas,
+            v.max_replicas,
+            v.max_model_len,
+        )
+        for i, v in enumerate(raw)
+    ]
+    states = {}
+    for v in variants:
+        n = draw(st.integers(0, 10))
+        states[v.name] = VariantState(
+            n,
+            pending=draw(st.integers(0, n)),
+            free_slots=draw(st.one_of(st.none(), st.integers(0, 6))),
+        )
+    demand = draw(
+        st.lists(
+            st.builds(
+                LengthDemand,
+                max_len_tokens=st.sampled_from([1024, 4096, 16_384, 65_536]),
+                demand=st.floats(0.0, 50.0),
+            ),
+            max_size=4,
+        )
+    )
+    return variants, states, demand
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios(), st.booleans())
+def test_split_respects_max_pending_and_the_capacity_book(
+    sc: tuple[list[Variant], dict[str, VariantState], list[LengthDemand]], gap_aware: bool
+) -> None:
+    variants, states, demand = sc
+    s = split(variants, states, demand, gap_aware=gap_aware)
+    for v in variants:
+        n, st_ = s.replicas[v.name], states[v.name]
+        assert n >= v.min_replicas
+        assert v.max_replicas is None or n <= v.max_replicas
+        grown = n - max(st_.replicas, v.min_replicas)
+        if st_.pending:
+            assert grown <= 0  # never places on a variant with Pending pods
+        if st_.free_slots is not None:
+            assert n - st_.replicas <= max(st_.free_slots, v.min_replicas - st_.replicas)
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios(), st.booleans())
+def test_split_covers_the_servable_demand_when_capacity_allows(
+    sc: tuple[list[Variant], dict[str, VariantState], list[LengthDemand]], gap_aware: bool
+) -> None:
+    variants, states, demand = sc
+    # an unconstrained cluster: no Pending pods, no slot limit, no max
+    free = [
+        Variant(
+            v.name,
+            v.cost_per_replica_hour,
+            v.capacity_per_replica,
+            v.min_replicas,
+            None,
+            v.max_model_len,
+        )
+        for v in variants
+    ]
+    s = split(
+        free, {k: VariantState(x.replicas) for k, x in states.items()}, demand, gap_aware=gap_aware
+    )
+    longest = max(math.inf if v.max_model_len is None else v.max_model_len for v in free)
+    servable = [d for d in demand if d.max_len_tokens <= longest]
+    assert s.unplaced_demand == 0
+    assert shortfall(free, s.replicas, servable) == 0
+    assert s.unservable_demand == pytest.approx(
+        sum(d.demand for d in demand if d.max_len_tokens > longest)
+    )
+    # and minimal at the top: no variant above its min and its starting count could lose one
+    for v in free:
+        n = s.replicas[v.name]
+        if n > max(v.min_replicas, states[v.name].replicas):
+            fewer = dict(s.replicas)
+            fewer[v.name] -= 1
+            assert shortfall(free, fewer, servable) > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios())
+def test_split_is_a_fixed_point(
+    sc: tuple[list[Variant], dict[str, VariantState], list[LengthDemand]],
+) -> None:
+    variants, states, demand = sc
+    s = split(variants, {k: VariantState(x.replicas) for k, x in states.items()}, demand)
+    again = split(variants, {k: VariantState(n) for k, n in s.replicas.items()}, demand)
+    # applying the decision and deciding again on the same demand changes nothing,
+    # unless the first decision grew (then the next one may trim what became surplus)
+    if s.replicas == again.replicas:
+        return
+    assert any(s.replicas[v.name] > states[v.name].replicas for v in variants)

@@ -1,0 +1,151 @@
+"""The ``variants`` list of a target (issue 37): both encodings, the CRD, and errors that
+name the field, the value and the rule. Spec and validation only: nothing acts on it yet."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from autoscaler.domain import TargetRef
+from autoscaler.errors import ConfigError
+from autoscaler.target import (
+    VariantSpec,
+    object_to_spec,
+    spec_to_object,
+    target_spec_from_dict,
+    target_spec_to_dict,
+)
+from tests.deploy.manifests import DEPLOY, crd_validator, load_docs
+
+REF = TargetRef("llm", "chat")
+VARIANTS: list[dict[str, Any]] = [
+    {
+        "name": "h100",
+        "scaleTargetRef": {"kind": "Deployment", "name": "vllm-llama3-8b"},
+        "costPerReplicaHour": 4.0,
+        "capacityPerReplica": 58.7,
+        "maxReplicas": 8,
+        "maxModelLen": 131072,
+    },
+    {
+        "name": "mig-2g20gb",
+        "scaleTargetRef": {"kind": "Deployment", "name": "vllm-llama3-8b-mig"},
+        "costPerReplicaHour": 1.33,
+        "minReplicas": 1,
+        "maxModelLen": 8192,
+    },
+]
+
+
+def _doc(variants: Any) -> dict[str, Any]:
+    return {
+        "scaleTargetRef": {"kind": "Deployment", "name": "vllm-llama3-8b"},
+        "policy": {"maxReplicaCount": 8},
+        "variants": variants,
+    }
+
+
+def _crd() -> dict[str, Any]:
+    (crd,) = load_docs(DEPLOY / "base" / "crd.yaml")
+    return crd
+
+
+def test_variants_survive_both_encodings_and_the_crd_accepts_them() -> None:
+    spec = target_spec_from_dict(_doc(VARIANTS), ref=REF)
+    assert [v.name for v in spec.variants] == ["h100", "mig-2g20gb"]
+    assert spec.variants[1] == VariantSpec(
+        name="mig-2g20gb",
+        scale_target_ref=spec.variants[1].scale_target_ref,
+        cost_per_replica_hour=1.33,
+        min_replicas=1,
+        max_model_len=8192,
+    )
+    assert spec.variants[0].capacity_per_replica == 58.7
+    again = target_spec_from_dict(target_spec_to_dict(spec), ref=REF)
+    assert again.variants == spec.variants
+    obj = spec_to_object(spec)
+    assert not [e.message for e in crd_validator(_crd()).iter_errors(obj)]
+    assert object_to_spec(obj).variants == spec.variants
+    # not a policy field: the policy document is the same without them
+    assert object_to_spec(obj).policy == target_spec_from_dict(_doc(None), ref=REF).policy
+
+
+def test_a_target_without_variants_is_written_as_before() -> None:
+    spec = target_spec_from_dict(_doc(None), ref=REF)
+    assert spec.variants == ()
+    assert "variants" not in target_spec_to_dict(spec)
+    assert "variants" not in spec_to_object(spec)["spec"]
+
+
+def _with(i: int, **fields: Any) -> list[dict[str, Any]]:
+    out = copy.deepcopy(VARIANTS)
+    for k, v in fields.items():
+        if v is None:
+            out[i].pop(k, None)
+        else:
+            out[i][k] = v
+    return out
+
+
+@pytest.mark.parametrize(
+    ("variants", "message"),
+    [
+        ("h100", "variants: value 'h100' must be a list of variants"),
+        (
+            _with(0, costPerReplicaHour=0),
+            "variants[0].costPerReplicaHour: value 0 must be a number > 0",
+        ),
+        (
+            _with(0, costPerReplicaHour=None),
+            "variants[0].costPerReplicaHour: value None must be a number > 0",
+        ),
+        (
+            _with(1, capacityPerReplica=True),
+            "variants[1].capacityPerReplica: value True must be a number > 0",
+        ),
+        (_with(1, minReplicas=-1), "variants[1].minReplicas: value -1 must be an integer >= 0"),
+        (_with(1, maxReplicas=0), "variants[1].maxReplicas: value 0 must be >= minReplicas (1)"),
+        (_with(0, maxModelLen=0), "variants[0].maxModelLen: value 0 must be an integer >= 1"),
+        (_with(0, name="H100"), "variants[0].name: value 'H100' must be a DNS label"),
+        (_with(1, name="h100"), "variants[1].name: value 'h100' must be unique among the variants"),
+        (
+            _with(1, scaleTargetRef={"kind": "Deployment", "name": "vllm-llama3-8b"}),
+            "variants[1].scaleTargetRef.name: value 'vllm-llama3-8b' is another variant's target",
+        ),
+        (
+            _with(0, scaleTargetRef={"kind": "Pod", "name": "x"}),
+            "variants[0].scaleTargetRef.kind: value 'Pod' must be one of Deployment, StatefulSet",
+        ),
+        (_with(0, gpu="h100"), "variants[0].gpu: unknown field"),
+        ([1], "variants[0]: value 1 must be an object"),
+    ],
+)
+def test_bad_variants_are_refused_naming_field_value_and_rule(variants: Any, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        target_spec_from_dict(_doc(variants), ref=REF)
+    assert any(p.startswith(message) for p in err.value.problems), err.value.problems
+    # the custom resource names the same problem under spec.
+    obj = spec_to_object(target_spec_from_dict(_doc(None), ref=REF))
+    obj["spec"]["variants"] = variants
+    with pytest.raises(ConfigError) as err:
+        object_to_spec(obj)
+    assert any(p.startswith(f"spec.{message}") for p in err.value.problems), err.value.problems
+
+
+def test_the_crd_refuses_what_the_codec_refuses_on_one_field() -> None:
+    obj = spec_to_object(target_spec_from_dict(_doc(VARIANTS), ref=REF))
+    v = crd_validator(_crd())
+    for field, value in (
+        ("costPerReplicaHour", 0),
+        ("minReplicas", -1),
+        ("maxModelLen", 0),
+        ("name", "H100"),
+    ):
+        bad = copy.deepcopy(obj)
+        bad["spec"]["variants"][0][field] = value
+        assert list(v.iter_errors(bad)), field
+    missing = copy.deepcopy(obj)
+    del missing["spec"]["variants"][0]["costPerReplicaHour"]
+    assert list(v.iter_errors(missing))

@@ -46,9 +46,12 @@ async def test_asleep_holds_completions_shows_no_load_and_wakes_in_wake_s(
 
     body = {"prompt": "hello " * 20, "max_tokens": 4}
     held = asyncio.create_task(http.post(rep.url + "/v1/completions", json=body))
-    for _ in range(50):  # counted yields, no timed bound: the request reaches the handler
+    for _ in range(500):  # counted yields until the server has the request
+        if rep._handlers:
+            break
         await asyncio.sleep(0.01)
-    assert not held.done()
+    assert rep._handlers == 1 and not held.done()
+    assert rep.engine.in_flight == 0  # accepted, not scheduled
     page = await scrape(http, rep.url)
     assert value(page, "vllm:num_requests_running") == 0
     assert value(page, "vllm:num_requests_waiting") == 0

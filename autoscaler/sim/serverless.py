@@ -35,6 +35,8 @@ from enum import Enum
 import numpy as np
 
 from autoscaler.errors import ConfigError
+from autoscaler.policy import sleepers
+from autoscaler.policy.sleepers import Fleet
 from autoscaler.sim.cluster import ColdStartModel, Phase
 from autoscaler.sim.replica import HardwareProfile, Replica
 from autoscaler.sim.traces import Trace, _make, scale_rate, speed_up
@@ -186,18 +188,34 @@ def simulate_model(
         phases = cold.sample(rng, new_node=row.new_node, image_cached=not row.new_node)
         return sum(phases.values())
 
-    def bring_up(k: int, now: float) -> None:
-        for pod in pods:
-            if k <= 0:
-                return
-            if pod.state is _State.ASLEEP:
-                set_state(pod, _State.WAKING, now)
-                pod.up_at = now + wake.sample(rng)
-                counts["wake"] += 1
-                k -= 1
-        for _ in range(k):
+    def idle_ready() -> list[_Pod]:
+        return [
+            p for p in pods if p.state is _State.READY and (p.replica is None or p.replica.idle)
+        ]
+
+    def resize(desired: int, now: float) -> None:
+        """Act on `sleepers.plan`: the same choice a controller with sleepers makes."""
+        removable = idle_ready()
+        fleet = Fleet(
+            awake=awake_count(),
+            idle_ready=len(removable),
+            asleep=sum(1 for p in pods if p.state is _State.ASLEEP),
+        )
+        todo = sleepers.plan(desired, fleet, row.sleep_budget)
+        to_wake = [p for p in pods if p.state is _State.ASLEEP][: todo.wake]
+        for pod in to_wake:
+            set_state(pod, _State.WAKING, now)
+            pod.up_at = now + wake.sample(rng)
+            counts["wake"] += 1
+        for _ in range(todo.start):
             pods.append(_Pod(_State.STARTING, now, now + cold_start_s()))
             counts["cold"] += 1
+        for pod in removable[: todo.sleep]:
+            set_state(pod, _State.ASLEEP, now)
+            pod.asleep_since = now
+        for pod in removable[todo.sleep : todo.sleep + todo.delete]:
+            settle(pod, now)
+            pods.remove(pod)
 
     def ready_pods() -> list[_Pod]:
         return [p for p in pods if p.state is _State.READY]
@@ -265,7 +283,7 @@ def simulate_model(
             held.append(idx)
             held_mask[idx] = True
             if awake_count() == 0:  # the poke: 0 -> 1 without waiting for the poll
-                bring_up(1, t + row.poke_s)
+                resize(1, t + row.poke_s)
                 for j, pod in enumerate(pods):  # none was coming up before the poke
                     if pod.state in (_State.STARTING, _State.WAKING) and pod.up_at <= now:
                         heapq.heappush(events, (pod.up_at, 0, j))
@@ -286,29 +304,13 @@ def simulate_model(
             wants.popleft()
         window = max((w for _, w in wants), default=0)
         desired = min(row.max_replicas, max(row.min_awake, want, window))
-        have = awake_count()
-        if desired > have:
-            bring_up(desired - have, now)
-        elif desired < have:
-            extra = have - desired
-            for pod in ready_pods():
-                if extra == 0:
-                    break
-                if pod.replica is not None and not pod.replica.idle:
-                    continue
-                extra -= 1
-                asleep = sum(1 for p in pods if p.state is _State.ASLEEP)
-                if asleep < row.sleep_budget:
-                    set_state(pod, _State.ASLEEP, now)
-                    pod.asleep_since = now
-                else:
-                    settle(pod, now)
-                    pods.remove(pod)
+        if desired != awake_count():
+            resize(desired, now)
         if row.sleep_ttl_s is not None:
-            for pod in [p for p in pods if p.state is _State.ASLEEP]:
-                if now - pod.asleep_since >= row.sleep_ttl_s:
-                    settle(pod, now)
-                    pods.remove(pod)
+            asleep = [p for p in pods if p.state is _State.ASLEEP]
+            for k in sleepers.expired([p.asleep_since for p in asleep], now, row.sleep_ttl_s):
+                settle(asleep[k], now)
+                pods.remove(asleep[k])
         busy = held or any(
             p.state in (_State.STARTING, _State.WAKING) or (p.replica and not p.replica.idle)
             for p in pods

@@ -3,17 +3,19 @@
 The scenario (`autoscaler.sim.serverless.many_models`): ``--models`` models, each the
 Azure conv trace stretched over ``--span-h`` hours, thinned to a share drawn
 log-uniformly from ``--keep`` and shifted in time (seeded per ``--seeds``). Each row runs
-every model on its own fleet (8B on one H100, `8b-h100`):
+every model on its own fleet, for each of ``--sizes``: ``8b`` (Llama-3-8B on one H100,
+cold start ~57 s median on a warm node, wake 0.5 s median / 3 s p90) and ``70b`` (70B TP4
+on four H100s, cold start ~2 min, wake 3 / 6 s):
 
 - ``min-1``: one warm replica per model at all times (the baseline users keep today);
 - ``scale-to-zero``: zero after ``--idle-s`` idle; a request at zero is held by the
-  activator and waits for a cold start on a warm node (cached image, ~57 s median);
+  activator and waits for a cold start on a warm node (cached image);
 - ``scale-to-zero, new node``: the same, when the cold start also provisions a node and
   pulls the image (the GPU went back to the cloud with the node);
 - ``sleepers``: on idle, the replica is put to sleep (vLLM sleep level 1) and woken for the
-  next request (0.5 s median, 3 s p90); a sleeper still holds its GPU (billed 1.0);
-- ``sleepers, 4 per GPU``: the same with four sleeping models sharing a GPU (billed 0.25
-  each; assumes the GPU has room for the one that wakes);
+  next request; a sleeper still holds its GPUs (billed in full);
+- ``sleepers, 4 per GPU``: the same with four sleeping models sharing their GPUs (billed
+  a quarter each; assumes the GPUs have room for the one that wakes);
 - ``sleep, then zero``: a sleeper is deleted after ``--sleep-ttl-s`` asleep.
 
 "First request" = a request that finds its model idle for ``--idle-s`` at least (the
@@ -32,14 +34,26 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.sim.cluster import COLD_START_PRESETS, ColdStartModel
 from autoscaler.sim.replica import get_profile
 from autoscaler.sim.report import publish
-from autoscaler.sim.serverless import ModelResult, ServerlessRow, many_models, simulate_model
-from autoscaler.sim.traces import load_trace
+from autoscaler.sim.serverless import (
+    SLEEP_PRESETS,
+    ModelResult,
+    ServerlessRow,
+    SleepModel,
+    many_models,
+    simulate_model,
+)
+from autoscaler.sim.traces import Trace, load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv.gz"
-PROFILE = "8b-h100"
+# size -> (profile, cold-start phases, wake time): calibration.md sections 3 and 6
+SIZES: dict[str, tuple[str, ColdStartModel, SleepModel]] = {
+    "8b": ("8b-h100", COLD_START_PRESETS["default"], SLEEP_PRESETS["8b"]),
+    "70b": ("70b-h100-tp4", COLD_START_PRESETS["70b"], SLEEP_PRESETS["70b"]),
+}
 
 
 def rows(idle_s: float, sleep_ttl_s: float) -> list[ServerlessRow]:
@@ -92,9 +106,65 @@ def _fmt(v: float | None) -> str:
     return "inf" if v == float("inf") else f"{v:g}"
 
 
+def run_size(
+    size: str, base: Trace, args: argparse.Namespace, keep: tuple[float, float], seeds: list[int]
+) -> dict[str, Any]:
+    profile_name, cold, sleep = SIZES[size]
+    profile = get_profile(profile_name)
+    span_s = args.span_h * 3600.0
+    table = rows(args.idle_s, args.sleep_ttl_s)
+    per_row: dict[str, list[ModelResult]] = {r.name: [] for r in table}
+    for seed in seeds:
+        models = many_models(base, args.models, span_s=span_s, keep=keep, seed=seed)
+        for row in table:
+            for m, trace in enumerate(models):
+                per_row[row.name].append(
+                    simulate_model(
+                        trace,
+                        row,
+                        profile,
+                        cold_start=cold,
+                        sleep=sleep,
+                        seed=seed * 1000 + m,
+                        horizon_s=span_s,
+                    )
+                )
+    summary = [summarize(row, per_row[row.name]) for row in table]
+    base_h = summary[0]["gpu_hours"]
+    for s in summary:
+        s["gpu_hours_saved_pct"] = round(100.0 * (base_h - s["gpu_hours"]) / base_h, 1)
+    return {
+        "profile": profile_name,
+        "cold_start_warm_median_s": round(cold.warm_median_s, 1),
+        "wake_median_p90_s": [sleep.wake.median_s, sleep.wake.p90_s],
+        "rows": summary,
+    }
+
+
+def table_lines(size: str, result: dict[str, Any]) -> list[str]:
+    lines = [
+        f"{size} ({result['profile']}): cold start ~{result['cold_start_warm_median_s']:g} s "
+        f"median on a warm node, wake {result['wake_median_p90_s'][0]:g} s median / "
+        f"{result['wake_median_p90_s'][1]:g} s p90",
+        "",
+        "| row | GPU-h | saved vs min-1 | first-request TTFT p50 / p99 s | all TTFT p50 / p99 s "
+        "| held | dropped | cold starts | wakes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in result["rows"]:
+        lines.append(
+            f"| {s['row']} | {s['gpu_hours']:.1f} | {s['gpu_hours_saved_pct']:.1f} % | "
+            f"{_fmt(s['first_ttft_p50_s'])} / {_fmt(s['first_ttft_p99_s'])} | "
+            f"{_fmt(s['ttft_p50_s'])} / {_fmt(s['ttft_p99_s'])} | {s['held']} | "
+            f"{s['dropped']} | {s['cold_starts']} | {s['wakes']} |"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="3 models over 1 h, one seed")
+    ap.add_argument("--sizes", default="8b,70b", help=f"model sizes: {', '.join(SIZES)}")
     ap.add_argument("--models", type=int, default=20)
     ap.add_argument("--span-h", type=float, default=6.0, help="the scenario's hours")
     ap.add_argument("--keep", default="0.0003,0.01", help="share of the trace per model LO,HI")
@@ -105,40 +175,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.span_h, args.seeds = 3, 1.0, "0"
+    sizes = [x.strip() for x in args.sizes.split(",") if x.strip()]
+    unknown = [x for x in sizes if x not in SIZES]
+    if unknown or not sizes:
+        ap.error(f"--sizes: value {args.sizes!r} must name sizes among {', '.join(SIZES)}")
     lo, hi = (float(x) for x in args.keep.split(","))
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-    span_s = args.span_h * 3600.0
-    profile = get_profile(PROFILE)
     base = load_trace(TRACE)
-    table = rows(args.idle_s, args.sleep_ttl_s)
-    per_row: dict[str, list[ModelResult]] = {r.name: [] for r in table}
-    for seed in seeds:
-        models = many_models(base, args.models, span_s=span_s, keep=(lo, hi), seed=seed)
-        for row in table:
-            for m, trace in enumerate(models):
-                per_row[row.name].append(
-                    simulate_model(trace, row, profile, seed=seed * 1000 + m, horizon_s=span_s)
-                )
-    summary = [summarize(row, per_row[row.name]) for row in table]
-    base_h = summary[0]["gpu_hours"]
-    for s in summary:
-        s["gpu_hours_saved_pct"] = round(100.0 * (base_h - s["gpu_hours"]) / base_h, 1)
-    lines = [
-        "| row | GPU-h | saved vs min-1 | first-request TTFT p50 / p99 s | all TTFT p50 / p99 s "
-        "| held | dropped | cold starts | wakes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for s in summary:
-        lines.append(
-            f"| {s['row']} | {s['gpu_hours']:.1f} | {s['gpu_hours_saved_pct']:.1f} % | "
-            f"{_fmt(s['first_ttft_p50_s'])} / {_fmt(s['first_ttft_p99_s'])} | "
-            f"{_fmt(s['ttft_p50_s'])} / {_fmt(s['ttft_p99_s'])} | {s['held']} | "
-            f"{s['dropped']} | {s['cold_starts']} | {s['wakes']} |"
-        )
+    results = {size: run_size(size, base, args, (lo, hi), seeds) for size in sizes}
+    lines: list[str] = []
+    for size, result in results.items():
+        lines += [*([""] if lines else []), *table_lines(size, result)]
     command = "python benchmarks/bench_serverless.py" + (" --quick" if args.quick else "")
     doc: dict[str, Any] = {
         "command": command,
-        "profile": PROFILE,
         "trace": TRACE.name,
         "models": args.models,
         "span_h": args.span_h,
@@ -146,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": seeds,
         "idle_s": args.idle_s,
         "sleep_ttl_s": args.sleep_ttl_s,
-        "rows": summary,
+        "sizes": results,
         "markdown": "\n".join(lines),
     }
     publish(args.out, doc)

@@ -31,6 +31,7 @@ ORDER = (
     "bench_gpu_variants.py",
     "bench_reaction.py",
     "bench_emulator_speed.py",
+    "bench_serverless.py",
 )
 QUICK_FLAG = {
     "bench_policies.py": "--quick",

@@ -14,10 +14,12 @@ import json
 import resource
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from autoscaler.emulator.fleet import EmulatorFleet
 from autoscaler.emulator.loadgen import LoadGenerator
+from autoscaler.emulator.sleep import WAKE_S_8B
 from autoscaler.errors import ConfigError
 from autoscaler.sim.replica import PROFILES
 from autoscaler.sim.traces import load_trace
@@ -35,10 +37,15 @@ def _cpu_s() -> float:
 
 
 async def _start(args: argparse.Namespace, fleet: EmulatorFleet) -> None:
+    config = replace(fleet.defaults, sleep_mode=args.enable_sleep_mode, wake_s=args.wake_s)
     for i in range(args.replicas):
         port = args.port + i if args.port else 0
         await fleet.start_replica(
-            f"replica-{i}", port=port, cold_start_s=args.cold_start, profile=args.profile
+            f"replica-{i}",
+            port=port,
+            cold_start_s=args.cold_start,
+            profile=args.profile,
+            config=config,
         )
 
 
@@ -97,6 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--cold-start", type=float, default=0.0, help="emulated seconds before /health (default: 0)"
+    )
+    p.add_argument(
+        "--enable-sleep-mode",
+        action="store_true",
+        help="vLLM's sleep mode with VLLM_SERVER_DEV_MODE=1: /sleep, /wake_up, /is_sleeping",
+    )
+    p.add_argument(
+        "--wake-s",
+        type=float,
+        default=WAKE_S_8B,
+        help=f"emulated seconds a /wake_up takes (default: {WAKE_S_8B}, 8B median)",
     )
     p.add_argument(
         "--speed", type=float, default=1.0, help="emulated time / real time (default: 1)"

@@ -2,7 +2,8 @@
 
 Routes: ``/v1/completions`` and ``/v1/chat/completions`` (OpenAI-compatible, streaming
 SSE or not, with ``usage``), ``/v1/models``, ``/health`` (503 until the cold start has
-elapsed in emulated time, and again while draining) and ``/metrics`` (vLLM's names).
+elapsed in emulated time, and again while draining) and ``/metrics`` (vLLM's names); with
+``sleep_mode``, vLLM's dev-mode ``/sleep``, ``/wake_up`` and ``/is_sleeping`` (`sleep`).
 Timing comes from `EmulatedEngine`. Prompt tokens are counted as whitespace-separated
 words (a list of token ids counts one per id); chat adds 4 template tokens per message.
 Generated text is synthetic words, one per token.
@@ -24,6 +25,7 @@ from aiohttp import web
 from autoscaler.emulator.clock import EmuClock
 from autoscaler.emulator.engine import EmulatedEngine, RequestRejected, RequestState
 from autoscaler.emulator.metrics import CONTENT_TYPE, MetricsPage, Naming
+from autoscaler.emulator.sleep import WAKE_S_8B, SleepState, add_routes
 from autoscaler.errors import ConfigError
 from autoscaler.sim.replica import HardwareProfile, get_profile
 
@@ -50,6 +52,9 @@ class ReplicaConfig:
     naming: Naming = "v1"
     default_max_tokens: int = 64  # when the client sets none (finish_reason "stop")
     stream_interval_s: float = 0.02  # real seconds between streamed-token flushes
+    # vLLM's --enable-sleep-mode with VLLM_SERVER_DEV_MODE=1: /sleep, /wake_up, /is_sleeping
+    sleep_mode: bool = False
+    wake_s: float = WAKE_S_8B  # emulated seconds a /wake_up takes (calibration.md section 3)
 
     def resolved_profile(self) -> HardwareProfile:
         return get_profile(self.profile) if isinstance(self.profile, str) else self.profile
@@ -57,6 +62,8 @@ class ReplicaConfig:
     def __post_init__(self) -> None:
         if not self.cold_start_s >= 0:
             raise ConfigError(f"cold_start_s: value {self.cold_start_s!r} must be >= 0")
+        if not self.wake_s >= 0:
+            raise ConfigError(f"wake_s: value {self.wake_s!r} must be >= 0")
         if self.naming not in ("v1", "v0"):
             raise ConfigError(f"naming: value {self.naming!r} must be 'v1' or 'v0'")
         if self.default_max_tokens < 1:
@@ -127,6 +134,7 @@ class EmulatedReplica:
             stream_interval_s=config.stream_interval_s,
         )
         self.metrics_page = MetricsPage(self.engine, config.model, config.naming)
+        self.sleep = SleepState(clock, config.wake_s)
         self.started_emu = clock.now()
         self.draining = False
         self.port = 0
@@ -160,6 +168,8 @@ class EmulatedReplica:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
+        if self.config.sleep_mode:
+            add_routes(app, self.sleep, self.engine.abort_all, self.engine.wait_idle)
         # A short shutdown bound: stop() has already drained or aborted the engine, so a
         # handler still open at cleanup only waits on a client that went away.
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
@@ -240,6 +250,8 @@ class EmulatedReplica:
                 return _error(400, "request body: must be a JSON object")
             try:
                 parsed = self._parse(body, chat)
+                # asleep: accepted, not scheduled until /wake_up (vLLM's paused scheduler)
+                await self.sleep.wait_awake()
                 st = self.engine.submit(
                     parsed.prompt_tokens,
                     parsed.max_tokens,

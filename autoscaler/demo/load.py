@@ -4,9 +4,10 @@ Emulated seconds from the moment both fleets have a ready replica:
 
 - **ramp** (``[0, RAMP_S)``): long-prompt requests (RAG-like: prompts around 4k tokens,
   outputs around 300) whose rate rises linearly from ``RAMP_START_PER_S`` to
-  ``RAMP_PEAK_PER_S``. A replica's KV cache holds about 70 of them, so the KV cache fills
-  before any queue forms: the engine's own signals (KV usage, running, waiting) see the
-  pressure coming, and a forecast sees the ramp a cold start ahead.
+  ``RAMP_PEAK_PER_S``. Each one holds ~4.3k tokens of KV cache for its whole decode, and
+  its prefill is what makes first tokens late: the engine's own signals (prompt tokens/s,
+  running, KV usage) climb with the rate before any queue forms, while a policy that
+  reads only the queue (and KV at 0.8) reacts once requests already wait.
 - **step** (``[RAMP_S, RAMP_S + STEP_S)``): the ramp's peak rate holds and the bundled
   burst of the Azure code trace (or ``--trace``) arrives on top, at ``--load`` times its
   rate. A step is faster than a cold start (60 s): no autoscaler adds a replica in time,
@@ -35,7 +36,7 @@ OUTPUT_MAX_TOKENS = 700
 
 Phase = Literal["ramp", "step", "after"]
 PHASE_NOTES: dict[str, str] = {
-    "ramp": "long prompts, rate rising: KV cache fills before queues form",
+    "ramp": "long prompts, rising rate: prompt tokens/s and KV climb before a queue",
     "step": (
         "code-trace burst on top of the ramp's peak: faster than a cold start, so no "
         "autoscaler adds a replica in time; only replicas already running absorb it"

@@ -138,7 +138,7 @@ class ZeroModel:
         while self.replicas() == 0:
             await self.clock.sleep(0.5)
         self.record.scaled_up_at_s = self._t()
-        self.note(f"t={self.record.scaled_up_at_s:.0f} s: {self.model} scaled 0 -> 1 (poked)")
+        self.note(f"t={self.record.scaled_up_at_s:.0f} s: {self.model} scaled 0 -> 1 for it")
 
     async def _send(self, url: str) -> None:
         """One non-streamed completion: the activator answers it with the time it was

@@ -119,7 +119,7 @@ def test_headless_demo_takes_a_live_policy_patch_and_a_keda_switch(tmp_path: Pat
     zero = summary["zero"]
     assert zero["replicas_at_send"] == 0 and zero["error"] is None, zero
     assert zero["status"] == 200 and zero["tokens"] == ZERO_OUTPUT_TOKENS, zero
-    assert zero["scaled_up_at_s"] - zero["sent_at_s"] < 10, zero  # poked, not polled
+    assert zero["scaled_up_at_s"] - zero["sent_at_s"] < 20, zero  # not after the cold start
     assert zero["held_s"] >= 50 and zero["answered_at_s"] - zero["sent_at_s"] >= 50, zero
     idle_s = zero["back_to_zero_at_s"] - zero["answered_at_s"]
     assert idle_s >= ZERO_POLICY["cooldownPeriod"] - 2, zero

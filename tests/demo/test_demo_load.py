@@ -5,6 +5,7 @@ and the EndpointSlice each Ready pod of the model at zero publishes for the acti
 from __future__ import annotations
 
 import asyncio
+import io
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +128,24 @@ async def test_a_ready_pod_of_the_model_at_zero_publishes_its_slice_and_withdraw
         await stopping
     finally:
         await fleet.stop_all()
+
+
+def test_the_zero_models_moments_print_within_80_columns_headless_and_under_the_live_table() -> (
+    None
+):
+    from rich.console import Console
+
+    from autoscaler.demo.view import COLUMNS, DemoView
+
+    titles = {"ours": "ours", "keda": "keda"}
+    note = "t=30 s: request to mistral-7b (at 0 replicas) held by the activator"
+    out = io.StringIO()
+    with DemoView(out, False, titles=titles, cold_start_s=60) as view:
+        view.note(note)
+    assert f"zero: {note}" in out.getvalue()
+    assert max(len(line) for line in out.getvalue().splitlines()) <= COLUMNS
+    live = DemoView(io.StringIO(), True, titles=titles, cold_start_s=60)
+    live.note(note)
+    shown = io.StringIO()
+    Console(file=shown, width=COLUMNS, force_terminal=False).print(live._table())
+    assert "held by the activator" in shown.getvalue()

@@ -116,9 +116,10 @@ class ZeroModel:
         rec = self.record
         await self._until_emulated(send_at_s)
         rec.sent_at_s, rec.replicas_at_send = self._t(), self.replicas()
+        what = "held by the activator" if rec.replicas_at_send == 0 else "sent to the activator"
         self.note(
             f"t={rec.sent_at_s:.0f} s: request to {self.model} (at {rec.replicas_at_send} "
-            "replicas) held by the activator"
+            f"replicas) {what}"
         )
         watch = asyncio.create_task(self._watch_scale_up())
         try:

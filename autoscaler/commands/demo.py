@@ -11,13 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.demo.app import DemoOptions, PortInUse, run_demo
+from autoscaler.demo.compare import phase_line
 from autoscaler.errors import AutoscalerError
 
 DESCRIPTION = """\
 Runs, on 127.0.0.1 only and with no cluster or GPU: a local Kubernetes API with emulated
-vLLM pods and GPU nodes, this controller (REST API, dashboard, KEDA gRPC scaler), and a
-burst of the Azure code trace replayed at two fleets side by side: one scaled by this
-controller (with a warm pool of pause pods), one by the seeds' KEDA+HPA policy.
+vLLM pods and GPU nodes, this controller (REST API, dashboard, KEDA gRPC scaler), and one
+load at two fleets side by side with the same replica limits (1..16): a ramp of long
+prompts that fills the KV cache, then a burst of the Azure code trace on top. One fleet
+is scaled by this controller (with a warm pool of pause pods), one by the seeds'
+KEDA+HPA policy. A second model sits at zero behind the activator: its first request is
+held through the cold start and answered, and it goes back to zero when idle.
 The terminal shows a live table and a summary; logs go to --log-file."""
 
 
@@ -53,7 +57,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="one plain line per second instead of the live table",
     )
-    p.add_argument("--load", type=float, default=d.load_factor, help="trace rate multiplier")
+    p.add_argument(
+        "--load", type=float, default=d.load_factor, help="rate multiplier of the burst (step)"
+    )
     p.add_argument(
         "--cold-start",
         type=float,
@@ -109,6 +115,11 @@ def _log_to_file(path: Path, level: str | None) -> Any:
 
 def _summary_line(s: dict[str, Any], path: Path, log_file: Path) -> str:
     lines = [f"summary: {s['headline']}"] if s.get("headline") else []
+    for phase in ("ramp", "step"):
+        line = phase_line(s["fleets"], phase)
+        if line is not None:
+            what = s.get("load_phases", {}).get(phase, {}).get("what", "")
+            lines.append(f"  {line} ({what})")
     lines.append(
         f"{s['decisions']} decisions, {s['scale_ups']} scale-ups, "
         f"{s['scale_downs']} scale-downs, max {s['max_replicas']} replicas "
@@ -122,6 +133,16 @@ def _summary_line(s: dict[str, Any], path: Path, log_file: Path) -> str:
             f"load: {load.get('ok', 0)} ok, {load.get('failed', 0)} failed, "
             f"{load.get('cancelled', 0)} cut at the end, {load.get('not_sent', 0)} not sent"
         )
+    z = s.get("zero") or {}
+    if z.get("answered_at_s") is not None:
+        back = z.get("back_to_zero_at_s")
+        lines.append(
+            f"  zero  {z['model']}: request held at t={z['sent_at_s']:.0f} s, "
+            f"answered at t={z['answered_at_s']:.0f} s (held {z['held_s']} s); "
+            + (f"back to 0 replicas at t={back:.0f} s" if back is not None else "not yet at 0")
+        )
+    elif z:
+        lines.append(f"  zero  {z['model']}: not answered in the run ({z.get('error')})")
     lines.append(f"written to {path}; logs in {log_file}")
     return "\n".join(lines)
 

@@ -5,8 +5,11 @@ deployment controller turns each pod into an emulated vLLM replica (cold start, 
 Ready) and an emulated node provisioner; the control loop reading the pods' /metrics,
 forecasting, deciding and patching the Deployments' scale subresource through
 kubernetes-asyncio; the REST API, dashboard and KEDA gRPC scaler; and a load generator
-replaying a burst of the Azure code trace (bundled) at two fleets side by side: one run
-by this controller (with a warm pool), one by the seeds' KEDA+HPA policy.
+replaying a ramp of long prompts (KV pressure) and then a burst of the Azure code trace
+(bundled) at two fleets side by side, on equal replica limits: one run by this controller
+(with a warm pool), one by the seeds' KEDA+HPA policy (see `demo.load`). A second model
+sits at zero replicas behind the activator: one request is held through its cold start
+and answered, and the model goes back to zero when idle (see `demo.zero`).
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ from typing import Any, TextIO
 
 from fastapi import APIRouter
 
+from autoscaler.api.held import held_router
 from autoscaler.api.metrics import ControllerMetrics
 from autoscaler.api.security import ApiSettings
 from autoscaler.api.server import PortInUse, check_port_free, serve_http
 from autoscaler.app import http_app
 from autoscaler.control.adapters import KubeCluster, PlannerAdapter
+from autoscaler.control.clock import MonotonicClock
+from autoscaler.control.held import HeldCounts, poke_at_zero
 from autoscaler.control.loop import ControlLoop
 from autoscaler.control.signals import SourceSignals
 from autoscaler.control.state import ControllerState
@@ -36,8 +42,11 @@ from autoscaler.control.tasks import TaskGroup
 from autoscaler.demo.cluster import NodeProvisioner, deployment, node
 from autoscaler.demo.compare import Comparison, headline
 from autoscaler.demo.fleets import DEMO_POLICY, FleetSpec, fleets
+from autoscaler.demo.load import PHASE_NOTES, RAMP_S, STEP_S, DemoLoad, demo_load
 from autoscaler.demo.runtime import EmulatedClock, EmulatorRuntime
 from autoscaler.demo.view import DemoView
+from autoscaler.demo.zero import POOL as ZERO_POOL
+from autoscaler.demo.zero import ZERO_POLICY, ZeroModel, start_activator
 from autoscaler.domain import Decision, TargetRef
 from autoscaler.emulator.fleet import EmulatorFleet
 from autoscaler.emulator.loadgen import LoadGenerator, LoadReport
@@ -49,6 +58,7 @@ from autoscaler.kube.events import EventRecorder
 from autoscaler.kube.localapi.server import LocalKubeAPI
 from autoscaler.kube.warmpool import WarmPoolManager
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
+from autoscaler.policy.schema import load_policy
 from autoscaler.sim.traces import Trace, load_azure_csv, scale_rate
 from autoscaler.store.base import PolicyStore
 from autoscaler.store.file import FilePolicyStore
@@ -73,7 +83,7 @@ class DemoOptions:
     duration_s: float = 120.0  # real seconds, the first cold start included
     speed: float = 4.0
     headless: bool = False
-    load_factor: float = 4.0
+    load_factor: float = 1.0  # the step: the code trace's own burst rate
     cold_start_s: float = 60.0  # emulated seconds (warm node, cached image, local weights)
     node_provision_s: float = 120.0  # emulated seconds to add a GPU node (calibration median)
     gpus_per_node: int = 2
@@ -82,6 +92,8 @@ class DemoOptions:
     tick_s: float = 1.0  # emulated seconds
     summary_path: Path = Path("out/demo-summary.json")
     api_token: str | None = None  # else AUTOSCALER_API_TOKEN[_FILE], else generated
+    zero_name: str = "mistral-7b"  # the second model, at zero behind the activator
+    zero_send_at_s: float = 30.0  # emulated seconds: when its one request is sent
 
 
 @dataclass
@@ -139,6 +151,15 @@ def _target(opts: DemoOptions, fleet: FleetSpec) -> TargetSpec:
     )
 
 
+def _zero_target(opts: DemoOptions) -> TargetSpec:
+    return TargetSpec(
+        ref=TargetRef(opts.namespace, opts.zero_name),
+        policy=load_policy(ZERO_POLICY),
+        scale_target_ref=ScaleTargetRef(kind="Deployment", name=opts.zero_name),
+        mode="direct",
+    )
+
+
 async def _follow_store(store: PolicyStore, loop: ControlLoop) -> None:
     async for targets in store.watch():
         loop.set_targets(targets)
@@ -160,11 +181,14 @@ def _dashboard(state: ControllerState, comparison: Comparison) -> APIRouter:
     return dashboard_router(state, comparison=comparison.feed, clock_note=note)
 
 
-def _banner(url: str, grpc: str, opts: DemoOptions, token: str, generated: bool) -> str:
+def _banner(
+    url: str, grpc: str, opts: DemoOptions, token: str, generated: bool, activator: str
+) -> str:
     ref = f"{opts.namespace}/{opts.name}"
     src = "generated for this run" if generated else "from --api-token / AUTOSCALER_API_TOKEN"
     return (
         f"dashboard: {url}/   REST API: {url}/docs   KEDA gRPC: {grpc}\n"
+        f"activator: {activator}/v1/completions (model {opts.zero_name}, at 0 replicas)\n"
         f"API token ({src}): {token}\n"
         f"change the policy live, e.g.:\n"
         f"  curl -X PATCH -H 'Authorization: Bearer {token}' "
@@ -189,15 +213,18 @@ async def run_demo(
     settings, generated = api_settings(opts)
     result.api_token = settings.write_token or ""
     specs = fleets(opts.name)
-    trace = burst_trace(opts)
+    load = demo_load(burst_trace(opts))
     tasks = TaskGroup("demo")
     async with contextlib.AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(_tempdir()))
         fleet = EmulatorFleet(speed=opts.speed)
         stack.push_async_callback(fleet.stop_all)
         clock = EmulatedClock(fleet, wall_start=time.time())
-        runtime = EmulatorRuntime(fleet, opts.cold_start_s, apps=frozenset(f.name for f in specs))
+        apps = frozenset({*(f.name for f in specs), opts.zero_name})
+        runtime = EmulatorRuntime(fleet, opts.cold_start_s, apps=apps)
         kube = LocalKubeAPI(controller=True, runtime=runtime, clock=clock.wall)
+        runtime.sliced, runtime.slices = frozenset({opts.zero_name}), kube
+        runtime.models[opts.zero_name] = opts.zero_name  # what the activator routes by
         await kube.start()
         stack.push_async_callback(kube.close)
         provisioner = NodeProvisioner(
@@ -207,12 +234,16 @@ async def run_demo(
         for f in specs:
             provisioner.add_ready(f.key, f.initial_nodes)
             kube.create("deployments", deployment(opts.namespace, f.name, f.key), group="apps")
+        provisioner.add_ready(ZERO_POOL, 1)
+        zero_dep = deployment(opts.namespace, opts.zero_name, ZERO_POOL, replicas=0)
+        kube.create("deployments", zero_dep, group="apps")
         api = api_client_for(kube.url)
         stack.push_async_callback(api.close)
 
         store = FilePolicyStore(tmp / "policies.yaml")
         for f in specs:
             await store.put(_target(opts, f))
+        await store.put(_zero_target(opts))
         state = ControllerState()
         metrics = ControllerMetrics()
         cache = ClusterCache(api)
@@ -237,11 +268,18 @@ async def run_demo(
             clock=clock,
             tick_interval_s=opts.tick_s,
         )
+        # Activators push held counts (real-time TTLs); the first held request at zero
+        # pokes the loop, as in `autoscaler.app.Controller`.
+        held = HeldCounts(MonotonicClock(), poke_at_zero(state, loop.poke))
+        loop.held = held
         loop.set_targets(await store.list())
-        comparison = Comparison(specs, opts.namespace, kube, runtime, state, clock)
+        comparison = Comparison(specs, opts.namespace, kube, runtime, state, clock, load.phase)
         app = http_app(state, store, settings, metrics, _dashboard(state, comparison))
+        app.include_router(held_router(held, settings))
         http = await serve_http(app, opts.http_host, opts.http_port)
         stack.push_async_callback(http.stop)
+        activator = await start_activator(opts.namespace, opts.zero_name, http.url, api)
+        stack.push_async_callback(activator.stop)
         grpc = await _serve_grpc(state, opts)
         stack.push_async_callback(grpc.stop)
         stack.push_async_callback(tasks.stop)
@@ -249,7 +287,8 @@ async def run_demo(
         tasks.spawn("control-loop", loop.run())
         tasks.spawn("node-provisioner", provisioner.run([f.key for f in specs]))
         result.url = http.url
-        print(_banner(http.url, grpc.target, opts, result.api_token, generated), file=out)
+        banner = _banner(http.url, grpc.target, opts, result.api_token, generated, activator.url)
+        print(banner, file=out)
         out.flush()
         if on_ready is not None:
             on_ready(result)
@@ -262,12 +301,14 @@ async def run_demo(
         )
         stop = asyncio.Event()
         loads: dict[str, asyncio.Task[LoadReport]] = {}
+        zero = ZeroModel(opts.namespace, opts.zero_name, kube, clock, view.note)
         with view:
+            tasks.spawn("zero-client", zero.run(activator.url, opts.zero_send_at_s))
             while time.monotonic() < deadline:
                 t, samples = comparison.sample()
                 view.update(t, samples)
                 if not loads and all(runtime.ready_urls(f.name) for f in specs):
-                    loads = _start_load(specs, runtime, comparison, opts, trace, stop, tasks)
+                    loads = _start_load(specs, runtime, comparison, opts, load, stop, tasks)
                 await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         runtime.stopping = True
         stop.set()
@@ -278,6 +319,7 @@ async def run_demo(
                 result.decisions = list(status.history)
         result.max_replicas = max((d.current_replicas for d in result.decisions), default=0)
         result.summary = summarize(result, opts, comparison.totals())
+        result.summary["zero"] = zero.summary()
     opts.summary_path.parent.mkdir(parents=True, exist_ok=True)
     opts.summary_path.write_text(json.dumps(result.summary, indent=2) + "\n")
     return result
@@ -332,11 +374,11 @@ def _start_load(
     runtime: EmulatorRuntime,
     comparison: Comparison,
     opts: DemoOptions,
-    trace: Trace,
+    load: DemoLoad,
     stop: asyncio.Event,
     tasks: TaskGroup,
 ) -> dict[str, asyncio.Task[LoadReport]]:
-    """The same trace at each fleet, from the moment both have a ready replica."""
+    """The same load at each fleet, from the moment both have a ready replica."""
     loads = {}
     for f in specs:
         gen = LoadGenerator(
@@ -348,7 +390,7 @@ def _start_load(
             request_timeout_s=120.0,
             on_result=lambda r, key=f.key: comparison.on_result(key, r),  # type: ignore[misc]
         )
-        loads[f.key] = tasks.spawn(f"load-{f.key}", gen.run(trace, stop=stop))
+        loads[f.key] = tasks.spawn(f"load-{f.key}", gen.run(load.trace, stop=stop))
     return loads
 
 
@@ -395,6 +437,11 @@ def summarize(result: DemoResult, opts: DemoOptions, fleets: dict[str, Any]) -> 
         "first_scale_up": ups[0].message if ups else None,
         "first_scale_down": downs[0].message if downs else None,
         "load": load.get("ours"),
+        "load_phases": {
+            "time": "emulated seconds from the first moment both fleets have a ready replica",
+            "ramp": {"from_s": 0.0, "to_s": RAMP_S, "what": PHASE_NOTES["ramp"]},
+            "step": {"from_s": RAMP_S, "to_s": RAMP_S + STEP_S, "what": PHASE_NOTES["step"]},
+        },
         "headline": headline(fleets),
         "fleets": fleets,
     }

@@ -1,7 +1,8 @@
 """The demo's two fleets, same model, same load, same cluster shape, different autoscaler.
 
-``ours``: this controller's demo policy (engine signals every second, forecast, panic mode,
-a forecast-sized warm pool of pause pods). ``keda``: the seeds' KEDA ScaledObject and HPA
+``ours``: this controller's demo policy (the default engine signals read every second:
+waiting, running, KV usage and prompt tokens/s; forecast, panic mode, a warm pool of
+pause pods). ``keda``: the seeds' KEDA ScaledObject and HPA
 behaviour, field for field as the simulator models it (`sim.policies.keda_seed_policy`:
 waiting and max KV usage, 15 s polling, HPA's 300 s scale-down window), decided by the
 same core; KEDA+HPA know nothing of GPU capacity, so the capacity cap is off for it.
@@ -22,11 +23,8 @@ DEMO_POLICY: dict[str, Any] = {
     "maxReplicaCount": 16,  # the KEDA fleet's (keda_seed_policy): equal limits
     "cooldownPeriod": 300,
     "pollingInterval": 1,
-    "metrics": [
-        {"signal": "waiting", "type": "AverageValue", "target": 4},
-        {"signal": "running", "type": "AverageValue", "target": 48},
-        {"signal": "kv_cache_usage", "type": "Value", "target": 0.8},
-    ],
+    # No "metrics": the schema's defaults (waiting 4, running 32 per replica, KV usage 0.8,
+    # prompt tokens/s 8000 per replica), the engine's own signals as every target gets them.
     "behavior": {
         "scaleUp": {
             "stabilizationWindowSeconds": 0,

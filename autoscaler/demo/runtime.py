@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+from typing import Any, Protocol
 
 from autoscaler.emulator.fleet import EmulatorFleet
 from autoscaler.emulator.server import EmulatedReplica
 from autoscaler.kube.localapi.server import PodEndpoint
+from autoscaler.kube.localapi.status import ApiError
+
+
+class ObjectStore(Protocol):
+    def create(self, plural: str, obj: dict[str, Any], group: str = "") -> dict[str, Any]: ...
+
+    def delete(self, plural: str, namespace: str | None, name: str, group: str = "") -> None: ...
+
+
+def endpoint_slice(namespace: str, pod: str, service: str, port: int) -> dict[str, Any]:
+    """One Ready pod's EndpointSlice (one per pod: each emulator has its own port)."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": pod,
+            "namespace": namespace,
+            "labels": {"kubernetes.io/service-name": service},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
+    }
 
 
 class EmulatorRuntime:
@@ -33,6 +57,10 @@ class EmulatorRuntime:
         self.app_of: dict[str, str] = {}
         self.leaving: set[str] = set()  # deleted pods out of the endpoints, in preStop
         self.stopping = False
+        # Apps whose Ready pods get an EndpointSlice (read by the activator) in ``slices``.
+        self.sliced: frozenset[str] = frozenset()
+        self.slices: ObjectStore | None = None
+        self.models: dict[str, str] = {}  # app -> the model name its pods serve
 
     def _app(self, pod: dict[str, Any]) -> str | None:
         app = str((pod["metadata"].get("labels") or {}).get("app", ""))
@@ -50,9 +78,19 @@ class EmulatorRuntime:
         self.app_of[name] = app
         replica = self.fleet.replicas.get(name)  # idempotent: a pod starts one emulator
         if replica is None:
-            replica = await self.fleet.start_replica(name, cold_start_s=self.cold_start_s)
+            replica = await self.fleet.start_replica(
+                name, cold_start_s=self.cold_start_s, model=self.models.get(app)
+            )
         while not replica.ready:  # noqa: ASYNC110 (the emulator exposes no ready event)
             await asyncio.sleep(self.poll_s)
+        if app in self.sliced and self.slices is not None:
+            ns = pod["metadata"].get("namespace", "default")
+            with contextlib.suppress(ApiError):  # 409: published by an earlier start
+                self.slices.create(
+                    "endpointslices",
+                    endpoint_slice(ns, name, app, replica.port),
+                    "discovery.k8s.io",
+                )
         return PodEndpoint(ip="127.0.0.1", metrics_port=replica.port)
 
     async def stop(self, pod: dict[str, Any]) -> None:
@@ -65,6 +103,10 @@ class EmulatorRuntime:
         if replica is None or self.stopping:
             return
         self.leaving.add(name)
+        if self.app_of.get(name) in self.sliced and self.slices is not None:
+            with contextlib.suppress(ApiError):  # 404: already withdrawn
+                ns = pod["metadata"].get("namespace", "default")
+                self.slices.delete("endpointslices", ns, name, "discovery.k8s.io")
         await asyncio.sleep(max(0.5, self.fleet.clock.real_duration(self.pre_stop_s)))
         if name in self.fleet.replicas and not self.stopping:
             await self.fleet.stop_replica(name, drain=True)

@@ -73,6 +73,7 @@ class DemoView:
         self.keep_rows = keep_rows
         self.rows: list[tuple[str, ...]] = []
         self.caption = ""
+        self.notes: list[str] = []  # the model at zero: held, answered, back to zero
         self._live: Live | None = None
 
     def __enter__(self) -> DemoView:
@@ -91,6 +92,7 @@ class DemoView:
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             self._live.__exit__(None, None, None)
+            self._live = None
 
     def _table(self) -> Table:
         table = Table(
@@ -118,8 +120,19 @@ class DemoView:
         for r in self.rows[-self.keep_rows :]:
             table.add_row(*r)
         legend = "\n".join(f"{k} = {t}" for k, t in self.titles.items())
-        table.caption = f"{legend}\n{self.caption}" if self.caption else legend
+        lines = [legend, *(f"zero: {n}" for n in self.notes[-3:])]
+        if self.caption:
+            lines.append(self.caption)
+        table.caption = "\n".join(lines)
         return table
+
+    def note(self, text: str) -> None:
+        """A moment of the model at zero: a line of its own headless, the caption live."""
+        self.notes.append(text)
+        if self._live is not None:
+            self._live.update(self._table())
+        else:
+            print(_fit(f"{'':5} zero: {text}"), file=self.out, flush=True)
 
     def update(self, t_s: float, samples: dict[str, FleetSample]) -> None:
         ours = samples["ours"]

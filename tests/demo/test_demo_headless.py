@@ -1,7 +1,9 @@
 """`llm-autoscaler demo --headless` from a clean process, driven like a user would: it
 prints a token and a curl line; a policy PATCH with that token changes what the demo does
-(the maximum clamps the fleet), a PATCH to keda mode hands the target to KEDA; the terminal
-shows only the table and the summary, and the process exits 0."""
+(the maximum clamps the fleet), a PATCH to keda mode hands the target to KEDA; the model at
+zero behind the activator gets its request held through the cold start, answered, and
+goes back to zero when idle; the terminal shows only the table and the summary, and the
+process exits 0."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from autoscaler.demo.zero import ZERO_OUTPUT_TOKENS, ZERO_POLICY
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "/v1/targets/demo/llama-3-8b"
@@ -110,3 +114,13 @@ def test_headless_demo_takes_a_live_policy_patch_and_a_keda_switch(tmp_path: Pat
     fleets = summary["fleets"]
     assert set(fleets) == {"ours", "keda"} and fleets["keda"]["load"]["ok"] > 100, fleets
     assert "waiting for the first replica: cold start 60 s" in terminal
+    # The model at zero: held by the activator, scaled 0 -> 1 by the poke, answered once
+    # its pod is Ready (after the 60 s cold start), back to zero after the idle period.
+    zero = summary["zero"]
+    assert zero["replicas_at_send"] == 0 and zero["error"] is None, zero
+    assert zero["status"] == 200 and zero["tokens"] == ZERO_OUTPUT_TOKENS, zero
+    assert zero["scaled_up_at_s"] - zero["sent_at_s"] < 20, zero  # not after the cold start
+    assert zero["held_s"] >= 50 and zero["answered_at_s"] - zero["sent_at_s"] >= 50, zero
+    idle_s = zero["back_to_zero_at_s"] - zero["answered_at_s"]
+    assert idle_s >= ZERO_POLICY["cooldownPeriod"] - 2, zero
+    assert "held by the activator" in out and "back to 0 replicas" in out

@@ -127,3 +127,11 @@ def test_releasing_after_long_bursts_is_off_by_default() -> None:
 def test_a_bad_cold_start_is_an_error_naming_the_field() -> None:
     with pytest.raises(ValueError, match="cold_start_s"):
         RegimeEstimator().observe(0.0, 1.0, cold_start_s=0.0)
+
+
+def test_the_status_sentence_names_long_bursts_and_the_release() -> None:
+    est = RegimeEstimator(RegimeConfig(release_long_bursts=True))
+    _ramp_with_bursts(est, burst_s=300)
+    text = describe(est.numbers())
+    assert text is not None and text.startswith("following, long bursts:")
+    assert "60 s cold start" in text and "released 60 s after it" in text

@@ -472,9 +472,8 @@ def variants(args: argparse.Namespace) -> int:
     path = ROOT / "benchmarks" / "results" / "policies-variants.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
     out: dict[str, Any] = {
-        "command": "python benchmarks/bench_policies.py --variants [NAMES]"
-        + (f" --only {args.only!r}" if args.only else "")
-        + " (runs merge per scenario and variant)",
+        "command": "python benchmarks/bench_policies.py --variants [NAMES] --only LABELS "
+        "(runs merge per scenario and variant)",
         "fleets_from": str(args.out.relative_to(ROOT)) if args.out.is_relative_to(ROOT) else "",
         "seed": seed,
         "scenarios": previous.get("scenarios", {}) if previous.get("seed") == seed else {},

@@ -12,7 +12,8 @@ depend on it).
 ``--variants`` runs one-knob changes of ``ours`` (`VARIANTS`: its windows, tolerance,
 rate window and learned regime) on the ``--only`` scenarios and places each against the
 fixed-fleet frontier of the stored run (``--out``), running any fleet still missing;
-writes ``benchmarks/results/policies-variants.json``.
+writes ``benchmarks/results/policies-variants.json`` (``-seed1`` etc. when ``--out`` holds
+another seed's run).
 """
 
 from __future__ import annotations
@@ -469,7 +470,8 @@ def variants(args: argparse.Namespace) -> int:
     for v in picked:
         if v not in VARIANTS:
             raise SystemExit(f"--variants: value {v!r} must be one of {', '.join(VARIANTS)}")
-    path = ROOT / "benchmarks" / "results" / "policies-variants.json"
+    name = "policies-variants" + ("" if seed == SEED else f"-seed{seed}")
+    path = ROOT / "benchmarks" / "results" / f"{name}.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
     out: dict[str, Any] = {
         "command": "python benchmarks/bench_policies.py --variants [NAMES] --only LABELS "

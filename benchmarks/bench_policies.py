@@ -8,6 +8,12 @@ processes (``--jobs``; each run is deterministic under the seed, so results do n
 depend on it).
 
     .venv/bin/python benchmarks/bench_policies.py [--quick] [--jobs N] [--out FILE]
+
+``--variants`` runs one-knob changes of ``ours`` (`VARIANTS`: its windows, tolerance,
+rate window and learned regime) on the ``--only`` scenarios and places each against the
+fixed-fleet frontier of the stored run (``--out``), running any fleet still missing;
+writes ``benchmarks/results/policies-variants.json`` (``-seed1`` etc. when ``--out`` holds
+another seed's run).
 """
 
 from __future__ import annotations
@@ -25,19 +31,23 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.forecast.regime import RegimeConfig, RegimeEstimator
 from autoscaler.metrics.signals import DEFAULT_WINDOW_S
+from autoscaler.policy.schema import Behavior, Policy, ScalingRules
 from autoscaler.sim.cluster import ClusterConfig
 from autoscaler.sim.compare import (
     MAX_STATIC_REPLICAS,
     CompareConfig,
     run_policies,
+    settled_replicas,
     size_static,
     static_sizing,
 )
 from autoscaler.sim.oracle import FrontierPoint, min_gpu_hours
-from autoscaler.sim.policies import POLICY_NAMES
+from autoscaler.sim.policies import POLICY_NAMES, SCALE_DOWN_WINDOW_S, Ours, ours, ours_policy
 from autoscaler.sim.replica import get_profile
 from autoscaler.sim.report import markdown_table, print_table, write_json
+from autoscaler.sim.simulator import simulate
 from autoscaler.sim.traces import (
     Trace,
     diurnal_day,
@@ -385,6 +395,136 @@ def stored_oracle(seed: int) -> dict[str, Any]:
     return dict(doc["scenarios"]) if doc.get("seed", SEED) == seed else {}
 
 
+def _behavior(
+    down_s: int = SCALE_DOWN_WINDOW_S, up_s: int | None = None, up_tolerance: float | None = None
+) -> Policy:
+    up = ScalingRules(stabilization_window_seconds=up_s, tolerance=up_tolerance)
+    return ours_policy().model_copy(
+        update={
+            "behavior": Behavior(
+                scale_down=ScalingRules(stabilization_window_seconds=down_s), scale_up=up
+            )
+        }
+    )
+
+
+# name -> (policy, learned-regime config or None for the default, rate window s or None)
+VARIANTS: dict[str, tuple[Policy | None, RegimeConfig | None, float | None]] = {
+    "ours (defaults)": (None, None, None),
+    "regime off (never steady)": (None, RegimeConfig(burst_replicas=1e9), None),
+    "regime window 900 s": (None, RegimeConfig(window_s=900.0), None),
+    "regime window 900 s, hold 900 s": (
+        None,
+        RegimeConfig(window_s=900.0, hold_window_s=900.0),
+        None,
+    ),
+    "release after a cold start when bursts outlast it": (
+        None,
+        RegimeConfig(release_long_bursts=True),
+        None,
+    ),
+    "scale-up window 30 s": (_behavior(up_s=30), None, None),
+    "scale-up window 60 s": (_behavior(up_s=60), None, None),
+    "scale-up tolerance 0.2": (_behavior(up_tolerance=0.2), None, None),
+    "scale-up tolerance 0.3": (_behavior(up_tolerance=0.3), None, None),
+    "scale-down window 120 s": (_behavior(down_s=120), None, None),
+    "scale-down window 300 s": (_behavior(down_s=300), None, None),
+    "rate window 60 s": (None, None, 60.0),
+    "rate window 120 s": (None, None, 120.0),
+}
+
+
+def _variant_ours(name: str, initial: int, cfg: CompareConfig) -> Ours:
+    policy, regime, window_s = VARIANTS[name]
+    o = ours(
+        initial,
+        policy=policy,
+        slo_ttft_s=cfg.slo_ttft_s,
+        name=name,
+        window_s=window_s or cfg.window_s,
+    )
+    if regime is not None and o.planner is not None:
+        o.planner.planner.regime = RegimeEstimator(regime)
+    return o
+
+
+def run_variant(args: tuple[Trace, str, CompareConfig]) -> dict[str, Any]:
+    """One `VARIANTS` entry on a trace, entering it like every policy (the pre-roll)."""
+    trace, name, cfg = args
+
+    def make(initial: int) -> Ours:
+        return _variant_ours(name, initial, cfg)
+
+    start = settled_replicas(trace, make, cfg.cluster, cfg.slo_ttft_s, cfg.seed)
+    res = simulate(trace, make(start), cfg.cluster, slo_ttft_s=cfg.slo_ttft_s, seed=cfg.seed)
+    return res.summary()
+
+
+def variants(args: argparse.Namespace) -> int:
+    """`VARIANTS` against the stored run's fixed-fleet frontier, one table per scenario."""
+    doc = json.loads(args.out.read_text())
+    seed = doc.get("seed", SEED)
+    oracle = stored_oracle(seed)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    picked = [v.strip() for v in args.variants.split(",") if v.strip()] or list(VARIANTS)
+    for v in picked:
+        if v not in VARIANTS:
+            raise SystemExit(f"--variants: value {v!r} must be one of {', '.join(VARIANTS)}")
+    name = "policies-variants" + ("" if seed == SEED else f"-seed{seed}")
+    path = ROOT / "benchmarks" / "results" / f"{name}.json"
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    out: dict[str, Any] = {
+        "command": "python benchmarks/bench_policies.py --variants [NAMES] --only LABELS "
+        "(runs merge per scenario and variant)",
+        "fleets_from": str(args.out.relative_to(ROOT)) if args.out.is_relative_to(ROOT) else "",
+        "seed": seed,
+        "scenarios": previous.get("scenarios", {}) if previous.get("seed") == seed else {},
+    }
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for label, trace, _ in scenarios(args.quick, seed):
+            if only and label not in only:
+                continue
+            entry = doc["scenarios"][label]
+            static_n = int(entry["static_peak_replicas"])
+            cfg = replace(scenario_config(label, seed), static_replicas=static_n)
+            known = {static_n: entry["policies"]["static-peak"]}
+            known.update(
+                {int(n.removeprefix("static-")): f for n, f in entry["fixed_fleets"].items()}
+            )
+            runs = list(pool.map(run_variant, [(trace, v, cfg) for v in picked]))
+            rows: dict[str, Any] = out["scenarios"].setdefault(label, {})
+            for v, summary in zip(picked, runs, strict=True):
+                policies = {**entry["policies"], v: summary}
+                rows[v] = r = frontier_row(label, trace, cfg, policies, known, oracle, mine=v)
+                print(f"{label} | {v}: {r}", file=sys.stderr)
+    out["markdown"] = variants_markdown(out["scenarios"])
+    print(out["markdown"])
+    write_json(path, out)
+    return 0
+
+
+def variants_markdown(rows: dict[str, dict[str, Any]]) -> str:
+    """One row per variant (in `VARIANTS` order), one column per scenario: GPU-hours /
+    misses: ours over the frontier (and what dominates it)."""
+    labels = list(rows)
+    lines = ["| variant | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+    for v in VARIANTS:
+        cells = []
+        for label in labels:
+            r = rows[label].get(v)
+            if r is None:
+                cells.append("-")
+                continue
+            dom = ", ".join(r["dominated_by"])
+            cells.append(
+                f"{r['gpu_hours']:.2f} / {r['misses']}: **{_fmt(r['ours_over_frontier'])}**"
+                + (f" (dominated by {dom})" if dom else "")
+            )
+        if any(c != "-" for c in cells):
+            lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def frontier_only(args: argparse.Namespace) -> int:
     """The frontier rows of a stored run, recomputed against the current oracle.json."""
     doc = json.loads(args.out.read_text())
@@ -440,7 +580,19 @@ def main() -> int:
         help="recompute only the frontier rows of --out (e.g. after bench_oracle.py added a "
         "scenario's causal reference); runs no policy, only any fixed fleet still missing",
     )
+    ap.add_argument(
+        "--variants",
+        nargs="?",
+        const="all",
+        default=None,
+        help="run one-knob variants of ours (comma-separated names, default all) on the "
+        "--only scenarios against the fixed fleets stored in --out",
+    )
     args = ap.parse_args()
+    if args.variants is not None:
+        if args.variants == "all":
+            args.variants = ""
+        return variants(args)
     if args.frontier_only:
         return frontier_only(args)
     cluster = ClusterConfig(profile=get_profile(PROFILE))

@@ -222,7 +222,7 @@ class Planner:
             self.capacity = self.capacity.observe(t, ready_replicas, signals)
         demand = self._demand_replicas(signals)
         if demand is not None:
-            self.regime.observe(t, demand)
+            self.regime.observe(t, demand, horizon)
         self.last_t = t
 
     def _demand_replicas(self, signals: Mapping[str, float]) -> float | None:

@@ -15,6 +15,13 @@ capacity, the largest: what the decision core asks for) smoothed over ``level_ta
 - ``following`` (otherwise, and until ``window_s`` of history exists): the level moves
   (a daily ramp, a drift), so the count follows it under the policy's own windows.
 
+Opt-in (``release_long_bursts``, off by default: on the benchmark scenarios it helped
+conv x4 and hurt the mixed RAG + chat hours, docs/benchmarks.md): when the load follows
+and its bursts (excursions ``excursion_replicas`` above the level, time-weighted length)
+last longer than the cold start, replicas bought for a burst arrive inside it, so they
+are released one cold start after the demand drops (``regime.release_window_s``, which
+shortens the decision's scale-down window) instead of being held for the next burst.
+
 Leaving ``steady`` takes a range of ``leave_range_replicas`` (hysteresis), so a level
 near the threshold does not flip the windows every minute. Pure: no clock, no I/O.
 """
@@ -37,6 +44,10 @@ class RegimeConfig:
     leave_range_replicas: float = 1.5
     hold_window_s: float = 1800.0
     burst_replicas: float = 2.0
+    excursion_replicas: float = 1.0
+    # opt-in (measured against the frontier, not a default: docs/benchmarks.md): when
+    # bursts outlast the cold start, release one cold start after the demand drops
+    release_long_bursts: bool = False
 
     def __post_init__(self) -> None:
         check_positive("level_tau_s", self.level_tau_s)
@@ -50,6 +61,7 @@ class RegimeConfig:
             )
         check_positive("hold_window_s", self.hold_window_s)
         check_finite("burst_replicas", self.burst_replicas, minimum=0.0)
+        check_positive("excursion_replicas", self.excursion_replicas)
 
 
 class RegimeEstimator:
@@ -63,10 +75,17 @@ class RegimeEstimator:
         self._levels: deque[tuple[float, float]] = deque()  # (t, level) every sample_every_s
         self._peaks: deque[tuple[float, float]] = deque()  # (t, max demand) per sample_every_s
         self.steady = False
+        self._above_since: float | None = None  # start of the excursion in progress
+        self._excursions: deque[tuple[float, float]] = deque()  # (t ended, duration s)
+        self.cold_start_s: float | None = None
+        self.long_bursts = False
 
-    def observe(self, t: float, demand_replicas: float) -> None:
-        """Feed the demand in replicas at ``t`` (finite, >= 0; a repeated tick is ignored)."""
+    def observe(self, t: float, demand_replicas: float, cold_start_s: float | None = None) -> None:
+        """Feed the demand in replicas at ``t`` (finite, >= 0; a repeated tick is ignored)
+        and the cold start the policy expects (its forecast horizon; None: unknown)."""
         check_finite("demand_replicas", demand_replicas, minimum=0.0)
+        if cold_start_s is not None:
+            self.cold_start_s = check_positive("cold_start_s", cold_start_s)
         cfg = self.config
         last = self.last_t
         if last is not None and t <= last:
@@ -93,6 +112,8 @@ class RegimeEstimator:
             peaks.append((t, demand_replicas))
         while peaks and peaks[0][0] < t - cfg.window_s:
             peaks.popleft()
+        if cfg.release_long_bursts:
+            self._track_excursions(t, demand_replicas)
         seen = self.first_t is not None and t - self.first_t >= cfg.window_s
         spread = self.range_replicas()
         burst = self.burst_over_level()
@@ -102,6 +123,32 @@ class RegimeEstimator:
             self.steady = spread <= cfg.leave_range_replicas
         else:
             self.steady = spread <= cfg.steady_range_replicas
+        self.long_bursts = False
+        if cfg.release_long_bursts and seen and not self.steady:
+            length, cold = self.burst_length_s(), self.cold_start_s
+            self.long_bursts = length is not None and cold is not None and length > cold
+
+    def _track_excursions(self, t: float, demand: float) -> None:
+        """Excursions of the demand above the level by ``excursion_replicas``: when each
+        started and how long it lasted (completed ones within the window)."""
+        assert self.level is not None
+        above = demand > self.level + self.config.excursion_replicas
+        if above and self._above_since is None:
+            self._above_since = t
+        elif not above and self._above_since is not None:
+            self._excursions.append((t, t - self._above_since))
+            self._above_since = None
+        while self._excursions and self._excursions[0][0] < t - self.config.window_s:
+            self._excursions.popleft()
+
+    def burst_length_s(self) -> float | None:
+        """How long the load spends in one excursion, time-weighted (sum d^2 / sum d over
+        the window's completed excursions: a second of burst is counted in the burst it
+        belongs to, so many one-tick crossings of noise weigh little); None without."""
+        total = sum(d for _, d in self._excursions)
+        if not total > 0:
+            return None
+        return sum(d * d for _, d in self._excursions) / total
 
     def range_replicas(self) -> float | None:
         """Max - min of the smoothed level over the window (None before any sample)."""
@@ -130,6 +177,14 @@ class RegimeEstimator:
             "regime.window_s": cfg.window_s,
             "regime.steady_range_replicas": cfg.steady_range_replicas,
         }
+        if cfg.release_long_bursts:
+            length = self.burst_length_s()
+            if length is not None:
+                out["regime.burst_length_s"] = length
+            if self.cold_start_s is not None:
+                out["regime.cold_start_s"] = self.cold_start_s
         if self.steady:
             out["regime.scale_down_window_s"] = cfg.hold_window_s
+        elif cfg.release_long_bursts and self.long_bursts and self.cold_start_s is not None:
+            out["regime.release_window_s"] = self.cold_start_s
         return out

@@ -137,16 +137,21 @@ def _learned_spec(policy: Policy, obs: Observation) -> MetricSpec | None:
 
 
 def _with_regime(policy: Policy, obs: Observation, up: Rules, down: Rules) -> tuple[Rules, Rules]:
-    """The scale-down window the learned regime asks for (`forecast.regime`: a steady
-    load holds longer, the count a fixed fleet would keep), when prediction is on; it
-    only ever lengthens the policy's own window."""
+    """The scale-down window the learned regime asks for (`forecast.regime`), when
+    prediction is on: a steady load holds longer (the count a fixed fleet would keep);
+    the opt-in ``regime.release_window_s`` (bursts that outlast the cold start) shortens
+    it. Without either the policy's own window stands."""
     if not _prediction_on(policy, obs):
         return up, down
     assert obs.forecast is not None
-    hold = obs.forecast.regime.get("regime.scale_down_window_s")
-    if hold is None or not hold > down.stabilization_window_s:
-        return up, down
-    return up, replace(down, stabilization_window_s=int(hold))
+    regime = obs.forecast.regime
+    hold = regime.get("regime.scale_down_window_s")
+    if hold is not None and hold > down.stabilization_window_s:
+        return up, replace(down, stabilization_window_s=int(hold))
+    release = regime.get("regime.release_window_s")
+    if release is not None and 0 < release < down.stabilization_window_s:
+        return up, replace(down, stabilization_window_s=math.ceil(release))
+    return up, down
 
 
 def _recommend(

@@ -26,6 +26,15 @@ def describe(numbers: Mapping[str, float]) -> str | None:
             f"holding a constant count (scale-down after {hold_min:.0f} min) beats chasing "
             "bursts"
         )
+    release = numbers.get("regime.release_window_s")
+    if release is not None:
+        length = numbers.get("regime.burst_length_s", 0.0)
+        return (
+            f"following, long bursts: the smoothed demand ({level:.1f} replicas) moved "
+            f"{spread:.2f} replicas over {window_min:.0f} min and its bursts last {length:.0f} s, "
+            f"longer than the {numbers.get('regime.cold_start_s', release):.0f} s cold start: "
+            f"replicas bought for a burst are released {release:.0f} s after it"
+        )
     return (
         f"following: the smoothed demand ({level:.1f} replicas) moved {spread:.2f} replicas "
         f"over the last {window_min:.0f} min, bursts {burst:.1f} replicas above it (steady "

@@ -87,3 +87,51 @@ def test_the_planner_judges_the_demand_at_the_policy_s_per_replica_targets() -> 
     text = describe(dict(forecast.regime))
     assert text is not None and text.startswith("steady:")
     assert describe({}) is None
+
+
+def _ramp_with_bursts(est: RegimeEstimator, burst_s: int, seconds: int = 4000) -> None:
+    """A level drifting 2 -> 5 replicas (followed, never steady) with 5-replica bursts
+    of ``burst_s`` every 20 minutes; the cold start is 60 s throughout."""
+    for t in range(seconds):
+        level = 3.5 - 1.5 * math.cos(2 * math.pi * t / 8000.0)
+        burst = 5.0 if t % 1200 < burst_s else 0.0
+        est.observe(float(t), level + burst, cold_start_s=60.0)
+
+
+def test_bursts_that_outlast_the_cold_start_release_one_cold_start_after_they_end() -> None:
+    est = RegimeEstimator(RegimeConfig(release_long_bursts=True))
+    _ramp_with_bursts(est, burst_s=300)
+    numbers = est.numbers()
+    assert not est.steady
+    assert numbers["regime.burst_length_s"] > 60.0
+    assert numbers["regime.release_window_s"] == 60.0
+    assert "regime.scale_down_window_s" not in numbers
+
+
+def test_bursts_shorter_than_the_cold_start_keep_the_policy_s_window() -> None:
+    est = RegimeEstimator(RegimeConfig(release_long_bursts=True))
+    _ramp_with_bursts(est, burst_s=20)
+    numbers = est.numbers()
+    assert numbers["regime.burst_length_s"] < 60.0
+    assert "regime.release_window_s" not in numbers
+
+
+def test_releasing_after_long_bursts_is_off_by_default() -> None:
+    est = RegimeEstimator()
+    _ramp_with_bursts(est, burst_s=300)
+    numbers = est.numbers()
+    assert "regime.release_window_s" not in numbers
+    assert "regime.burst_length_s" not in numbers
+
+
+def test_a_bad_cold_start_is_an_error_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="cold_start_s"):
+        RegimeEstimator().observe(0.0, 1.0, cold_start_s=0.0)
+
+
+def test_the_status_sentence_names_long_bursts_and_the_release() -> None:
+    est = RegimeEstimator(RegimeConfig(release_long_bursts=True))
+    _ramp_with_bursts(est, burst_s=300)
+    text = describe(est.numbers())
+    assert text is not None and text.startswith("following, long bursts:")
+    assert "60 s cold start" in text and "released 60 s after it" in text

@@ -605,3 +605,11 @@ def test_a_steady_regime_holds_for_its_longer_scale_down_window_and_reports_it()
     obs = Observation(0.0, 2, 2, {"waiting": 4.0}, forecast=Forecast(90.0, {}, regime=steady))
     decision, _ = decide(policy, obs, DecisionState(), 0.0)
     assert decision.numbers["regime.steady"] == 1.0
+
+
+def test_a_release_window_from_long_bursts_shortens_the_scale_down_window() -> None:
+    release = {"regime.steady": 0.0, "regime.release_window_s": 60.0}
+    assert _regime_run(release, prediction=True) == [8, 1, 1, 1]  # released after 60 s
+    assert _regime_run(release, prediction=False) == [8, 8, 1, 1]
+    # a release longer than the policy's own 300 s window does not lengthen it
+    assert _regime_run({"regime.release_window_s": 600.0}, prediction=True) == [8, 8, 1, 1]

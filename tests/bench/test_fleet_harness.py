@@ -100,3 +100,14 @@ def test_a_new_row_replaces_the_row_of_its_configuration_only(
     rows = bench_scale.merge_rows([old, same], [two_replicas])
     assert len(rows) == 2 and {r["targets"] for r in rows} == {6, 7}
     assert all(r["decisions_per_target_s"] != -1.0 for r in rows)
+
+
+def test_the_envelope_row_is_the_median_run_with_every_run_listed() -> None:
+    figures = dict.fromkeys(bench_scale.RUN_FIGURES, 0.0)
+    runs = [
+        figures | {"min_decisions_per_target_s": m, "cpu_cores": c}
+        for m, c in ((0.95, 0.7), (0.3, 0.4), (0.8, 0.6))
+    ]
+    row = bench_scale.median_run(runs)
+    assert row["min_decisions_per_target_s"] == 0.8 and row["cpu_cores"] == 0.6
+    assert [r["min_decisions_per_target_s"] for r in row["runs"]] == [0.95, 0.3, 0.8]

@@ -41,6 +41,7 @@ import contextlib
 import json
 import math
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -459,9 +460,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--flags",
-        nargs="*",
+        type=shlex.split,
         default=[],
-        help="extra `llm-autoscaler run` flags for every controller (default: none)",
+        help="extra `llm-autoscaler run` flags for every controller, one string "
+        "(e.g. --flags='--tick-phases 1'; default: none)",
     )
     parser.add_argument("--warmup", type=float, default=10.0, help="s after every target decided")
     parser.add_argument("--duration", type=float, default=20.0)

@@ -516,17 +516,22 @@ def start_controllers(
         with log.open("wb") as f:
             proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=e, cwd=ROOT)
         out.append(Controller(f"bench-{r}", proc, http, log))
-    deadline = time.monotonic() + 120
-    for ctl in out:
-        while True:
-            if ctl.proc.poll() is not None:
-                raise RuntimeError(f"{ctl.name} exited:\n{ctl.log.read_text()[-3000:]}")
-            with contextlib.suppress(OSError):
-                ctl.metrics()
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{ctl.name}: no /metrics after 120 s")
-            time.sleep(0.3)
+    try:
+        deadline = time.monotonic() + 120
+        for ctl in out:
+            while True:
+                if ctl.proc.poll() is not None:
+                    raise RuntimeError(f"{ctl.name} exited:\n{ctl.log.read_text()[-3000:]}")
+                with contextlib.suppress(OSError):
+                    ctl.metrics()
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{ctl.name}: no /metrics after 120 s")
+                time.sleep(0.3)
+    except BaseException:
+        for ctl in out:
+            ctl.stop()
+        raise
     return out
 
 

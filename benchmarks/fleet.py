@@ -385,7 +385,7 @@ async def _populate_real(plane: Any, targets: int, pods: int, port: int) -> None
     from autoscaler.names import CRD_GROUP, CRD_PLURAL, CRD_VERSION
     from autoscaler.policy.schema import load_policy
     from tests.deploy.manifests import DEPLOY, render
-    from tests.real.kubectl import MERGE_PATCH, Kube
+    from tests.real.kubectl import MERGE_PATCH, Kube, KubeError
 
     policy = load_policy(POLICY)
     async with Kube(plane.url, plane.tokens["admin"]) as k:
@@ -397,6 +397,19 @@ async def _populate_real(plane: Any, targets: int, pods: int, port: int) -> None
         for ns in (NAMESPACE, LEASE_NAMESPACE):
             await k.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}}, ok=(201, 409))
         gate = asyncio.Semaphore(32)
+
+        async def post(path: str, body: dict[str, Any]) -> None:
+            # kube-apiserver 1.24's CEL evaluation races under concurrent creates ("internal
+            # error: runtime error: index out of range" on a valid object): retried
+            for attempt in range(5):
+                try:
+                    await k.request("POST", path, body)
+                    return
+                except KubeError as err:
+                    if err.status != 422 or "internal error" not in str(err) or attempt == 4:
+                        raise
+                    await asyncio.sleep(0.2)
+
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
         async def one(t: int, name: str) -> None:
@@ -432,7 +445,7 @@ async def _populate_real(plane: Any, targets: int, pods: int, port: int) -> None
                         content_type=MERGE_PATCH,
                     )
                 path = f"/apis/{CRD_GROUP}/{CRD_VERSION}/namespaces/{NAMESPACE}/{CRD_PLURAL}"
-                await k.request("POST", path, _autoscaler(name, policy, port))
+                await post(path, _autoscaler(name, policy, port))
 
         await asyncio.gather(*(one(t, n) for t, n in enumerate(target_names(targets))))
 

@@ -41,27 +41,18 @@ live objects by type, and with ``--trace`` (slow: small N only) a tracemalloc
 breakdown by component (a second interpreter per variant, tracing from after the imports;
 each allocation goes to the innermost frame of a file with a known owner, so a parsed
 JSON string the pod record keeps counts for the informer cache, not for ``json``).
-``--variants`` names implementations measured side by side against the same cluster:
-``now`` (the working tree) and ``before`` (the modules in `BEFORE`, copied under
-benchmarks/baseline/ from the commit named in their file names, and kubernetes_asyncio's
-client imported whole before `autoscaler`, which leaves autoscaler/_lazy_kube.py off);
-a variant may add environment settings of its child (``now+PYTHONMALLOC=malloc``).
-``--baseline REV ...`` measures those revisions first (their ``autoscaler`` package from
-``git archive``, benchmarks/revisions.py, first on the child's PYTHONPATH, and so on its
-scrape workers' too), each optionally with ``+NAME=VALUE`` settings as a variant.
+``--variants`` names configurations measured side by side against the same cluster:
+``now`` (the working tree), optionally with environment settings of its child
+(``now+PYTHONMALLOC=malloc``). ``--baseline REV ...`` measures those revisions first
+(their ``autoscaler`` package from ``git archive``, benchmarks/revisions.py, first on the
+child's PYTHONPATH), each optionally with ``+NAME=VALUE`` settings as a variant.
 
-Scrape workers: a variant ``now+AUTOSCALER_SCRAPE_WORKERS=2`` composes the controller
-with 2 worker processes (settings come from the environment as in ``llm-autoscaler run``);
-the windows then live in the workers. At every phase the benchmark also reads the RSS
-(VmRSS) and PSS (``/proc/<pid>/smaps_rollup``) of the controller and of each worker and
-their sums, and the group's resident memory counting each physical page once
-(``group_rss``, from ``/proc/<pid>/pagemap``: a page of libpython or libssl mapped by
-the controller and a worker is resident once, as in the container's memory; the RSS
-sum counts it once per process) (``processes_mb``; the "processes" table: steady
-state). A worker is not
-collected or trimmed by the benchmark: what it holds is what it holds in production.
+At every phase the benchmark also reads the controller's RSS (VmRSS) and PSS
+(``/proc/<pid>/smaps_rollup``) and its resident memory counting each physical page once
+(``group_rss``, from ``/proc/<pid>/pagemap``, root only) (``processes_mb``).
 
-Prints tables; writes benchmarks/results/rss.json (one entry per ``--targets``).
+The cluster is benchmarks/fleet.py's (shared with bench_scale). Prints tables; writes
+benchmarks/results/rss.json (one entry per ``--targets``).
 """
 
 from __future__ import annotations
@@ -72,12 +63,9 @@ import asyncio
 import contextlib
 import ctypes
 import gc
-import importlib.util
 import json
-import multiprocessing
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -87,25 +75,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import fleet
 import image_modules
+from fleet import proc_mb
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "rss.json"
-PODS = 8
+PODS = fleet.PODS
 # The controller's /metrics read every this many (fake-clock) seconds of the steady phase,
 # as Prometheus scrapes it (deploy/prometheus/servicemonitor.yaml: 15 s).
 METRICS_SCRAPE_S = 15.0
-POLICY = {  # bench_scale.py's: steady at 8 replicas, forecast planner on
-    "maxReplicaCount": 16,
-    "metrics": [{"signal": "running", "target": 42}],
-    "prediction": {"enabled": True},
-}
-PAGE = (ROOT / "tests" / "fixtures" / "metrics" / "vllm_v1_0.10.txt").read_text()
-# module -> baseline file: what variant "before" imports instead of the working tree's
-BEFORE: dict[str, str] = {
-    "autoscaler.control.history": "benchmarks/baseline/history_cc41b84.py",
-    "autoscaler.kube.informer": "benchmarks/baseline/informer_cc41b84.py",
-}
 HEAVY_MODULES = ("matplotlib", "autoscaler.sim", "autoscaler.emulator", "autoscaler.demo")
 
 
@@ -115,22 +94,6 @@ def rss_mb() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS in /proc/self/status")
-
-
-def proc_mb(pid: int | str = "self") -> dict[str, float]:
-    """RSS (VmRSS) and PSS (/proc/<pid>/smaps_rollup: shared pages divided among the
-    processes mapping them) of one process, MB; PSS missing where smaps_rollup is not
-    readable (then absent, never zero)."""
-    out: dict[str, float] = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                out["rss"] = int(line.split()[1]) / 1024
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Pss:"):
-                out["pss"] = int(line.split()[1]) / 1024
-    return out
 
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -198,142 +161,17 @@ def group_resident_mb(pids: Sequence[int]) -> float | None:
     return None if out is None else float(out)
 
 
-def processes_mb(
-    worker_pids: Sequence[int | None], reaper_pids: Sequence[int] = ()
-) -> dict[str, Any]:
-    """The controller's, each scrape worker's and each workers' reaper's RSS and PSS,
-    their sums, and the group's resident memory with each shared page counted once
-    (``group_rss``, MB)."""
-    rows: dict[str, dict[str, float]] = {"controller": proc_mb()}
-    for i, pid in enumerate(worker_pids):
-        if pid is None:
-            raise RuntimeError(f"scrape worker {i} is down: no memory to measure")
-        rows[f"worker {i}"] = proc_mb(pid)
-    for i, pid in enumerate(reaper_pids):
-        rows[f"reaper {i}"] = proc_mb(pid)
-    out: dict[str, Any] = dict(rows)
+def processes_mb() -> dict[str, Any]:
+    """The controller's RSS and PSS and its resident memory with each physical page
+    counted once (``group_rss``, MB; absent where frame numbers cannot be read)."""
+    out: dict[str, Any] = {"controller": proc_mb()}
     for key in ("rss", "pss"):
-        if all(key in r for r in rows.values()):
-            out[f"sum_{key}"] = sum(r[key] for r in rows.values())
-    pids = [*(pid for pid in worker_pids if pid is not None), *reaper_pids]
-    group = group_resident_mb([os.getpid(), *pids])
+        if key in out["controller"]:
+            out[f"sum_{key}"] = out["controller"][key]
+    group = group_resident_mb([os.getpid()])
     if group is not None:
         out["group_rss"] = group
     return out
-
-
-# ------------------------------------------------------------------------------ cluster
-class _Page:
-    """The vLLM V1 fixture page at a pod's ``k``-th scrape: every cumulative value grown
-    (counters never reset), the running/waiting/KV-cache gauges moving, as on a busy pod.
-    A request naming samples (``?name[]=``) gets the page restricted to them, as from
-    prometheus_client (vLLM's ``/metrics``; `filtering.restrict_page`)."""
-
-    GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
-
-    def __init__(self, text: str = PAGE) -> None:
-        import re
-
-        value = re.compile(r"^(\S+?)(\{[^}]*\})? (\S+)$", re.M)
-        self.parts: list[str] = []
-        self.kinds: list[int] = []  # 0: cumulative, 1..3: a gauge of GAUGES
-        self.values: list[float] = []
-        pos = 0
-        self._filtered: dict[bytes, _Page] = {}
-        for m in value.finditer(text):
-            name = m.group(1)
-            if name.endswith(("_bucket", "_count", "_sum", "_total")):
-                kind = 0
-            elif name in self.GAUGES:
-                kind = 1 + self.GAUGES.index(name)
-            else:
-                continue
-            self.parts.append(text[pos : m.start(3)])
-            self.kinds.append(kind)
-            self.values.append(float(m.group(3)))
-            pos = m.end(3)
-        self.tail = text[pos:]
-
-    def to(self, head: bytes) -> _Page:
-        """The page answering the request whose head (request line first) is ``head``."""
-        from bench_scrape import filter_key, filter_names
-
-        key = filter_key(head)
-        if key is None:
-            return self
-        got = self._filtered.get(key)
-        if got is None:
-            from autoscaler.metrics.filtering import restrict_page
-
-            names = filter_names(key)
-            got = self._filtered[key] = _Page(restrict_page(PAGE, names))
-        return got
-
-    def response(self, g: int, k: int) -> bytes:
-        step = 1 + g % 7
-        gauges = (
-            float(40 + (k + g) % 5),
-            float((3 * k + g) % 7),
-            0.5 + ((7 * k + g) % 40) / 97,
-        )
-        out: list[str] = []
-        for i, (part, kind, value) in enumerate(
-            zip(self.parts, self.kinds, self.values, strict=True)
-        ):
-            out.append(part)
-            out.append(repr(value + k * step * (1 + i % 3) if kind == 0 else gauges[kind - 1]))
-        out.append(self.tail)
-        body = "".join(out).encode()
-        head = (
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        ).encode()
-        return head + body
-
-
-class _Pod(asyncio.Protocol):
-    def __init__(self, page: _Page, g: int) -> None:
-        self.page, self.g, self.sent, self.buffer = page, g, 0, b""
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
-            page = self.page.to(self.buffer[:end])
-            self.buffer = self.buffer[end + 4 :]
-            assert self.transport is not None
-            self.transport.write(page.response(self.g, self.sent))
-            self.sent += 1
-
-
-def serve_cluster(targets: int, ready_file: str) -> None:
-    asyncio.run(_serve_cluster(targets, Path(ready_file)))
-
-
-async def _serve_cluster(targets: int, ready: Path) -> None:
-    from fleet import pod_ip, populate
-
-    from autoscaler.kube.localapi import LocalKubeAPI
-    from autoscaler.policy.schema import load_policy
-
-    loop = asyncio.get_running_loop()
-    page = _Page()
-    servers, port = [], 0
-    for g in range(targets * PODS):
-        server = await loop.create_server(lambda g=g: _Pod(page, g), pod_ip(g), port)
-        port = server.sockets[0].getsockname()[1]  # the same port on every pod IP
-        servers.append(server)
-    policy = load_policy(POLICY)
-    async with LocalKubeAPI(port=0) as kube:
-        populate(kube, targets, PODS, policy, port)
-        tmp = ready.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"url": kube.url}))
-        tmp.replace(ready)
-        await asyncio.Event().wait()  # until terminated
 
 
 # --------------------------------------------------------------------------- components
@@ -435,20 +273,6 @@ class Classifier:
 
 
 # ------------------------------------------------------------------------------- child
-def apply_variant(variant: str) -> None:
-    """Variant ``before``: kubernetes_asyncio.client imported whole (as before
-    autoscaler/_lazy_kube.py), and the baseline copies in place of the named modules."""
-    if variant != "before":
-        return
-
-    for module, path in BEFORE.items():
-        spec = importlib.util.spec_from_file_location(module, ROOT / path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[module] = mod
-        spec.loader.exec_module(mod)
-
-
 def _own_float(x: float, memo: dict[int, Any]) -> float:
     y = memo.get(id(x))
     if y is None:
@@ -647,7 +471,6 @@ async def child(
     url: str, args: argparse.Namespace, variant: str, trace: bool, interpreter: float
 ) -> dict[str, Any]:
     rss: dict[str, float] = {"interpreter": interpreter}
-    apply_variant(variant)
     import copyreg
     from types import MappingProxyType
 
@@ -692,7 +515,6 @@ async def child(
         leader_election=True,
         scrape_concurrency=64,
     )
-    # scrape_workers from the environment (a variant's +AUTOSCALER_SCRAPE_WORKERS=2)
     api = api_client_for(url)
     ctl = autoscaler.app.Controller(settings, api, identity=f"bench-{variant}")
     t0 = time.monotonic()
@@ -703,18 +525,12 @@ async def child(
     state = ctl.state
     phase_peak: dict[str, float] = {}
     source = ctl.loop.signals.source  # type: ignore[attr-defined]
-    workers = getattr(settings, "scrape_workers", 0)  # code before their removal
-    worker_pids = source.pids if workers else list  # ScrapeWorkers: each worker's pid
-    # and the workers' reaper (older revisions: none, each worker its parent's child)
-    reaper_pids = getattr(source, "reaper_pids", list) if workers else list
     processes: dict[str, dict[str, Any]] = {}
-    if workers:  # up now rather than on the first read, so every phase measures them
-        await source.start()
 
     def mark(name: str) -> None:
         gc.collect()
         rss[name] = rss_mb()
-        processes[name] = processes_mb(worker_pids(), reaper_pids())
+        processes[name] = processes_mb()
         if trace:
             current, peak = tracemalloc.get_traced_memory()
             phase_peak[name] = peak / 2**20
@@ -780,14 +596,12 @@ async def child(
     mark("steady")
     out: dict[str, Any] = {
         "variant": variant,
-        "scrape_workers": workers,
         "rss_mb": rss,
         "processes_mb": processes,
         "heavy_modules": heavy,
     }
     if trace:
         out["traced_peak_mb"] = phase_peak
-    # the windows live in the workers when there are any: not counted here
     histories = getattr(source, "_histories", {})
     rows = [len(h.rows) for hs in histories.values() for h in hs.values()]
     out["counts"] = {
@@ -796,7 +610,7 @@ async def child(
         "metrics_page_bytes": max(metrics_bytes),
         "pods_cached": len(ctl.cache.pods.items),
         "deployments_cached": len(ctl.cache.deployments.items),
-        "windows": len(rows) if not workers else None,
+        "windows": len(rows),
         "window_rows_per_pod": sum(rows) / len(rows) if rows else None,
         "observations_per_target": min(len(st.observations) for st in state.targets.values()),
         "decisions_per_target": min(len(st.history) for st in state.targets.values()),
@@ -829,7 +643,7 @@ async def child(
         out["allocator_mb"] = allocator_stats()
         out["trimmed"] = malloc_trim()
         rss["after_malloc_trim"] = rss_mb()  # the controller's trim
-        processes["after_malloc_trim"] = processes_mb(worker_pids(), reaper_pids())
+        processes["after_malloc_trim"] = processes_mb()
         out["allocator_after_trim_mb"] = allocator_stats()
         out["components_mb"] = components(ctl, source)  # after: the walk allocates
         out["everything_else_by_type_mb"] = dict(REST_BY_TYPE)
@@ -853,8 +667,6 @@ def child_main(argv: Sequence[str]) -> None:
     args = parser.parse_args(argv)
     image_modules.block(filter(None, args.block.split(",")))  # not in the image: absent
     interpreter = rss_mb()
-    if args.variant == "before":  # before anything imports autoscaler: no lazy client
-        import kubernetes_asyncio.client  # noqa: F401
     from autoscaler.commands.run import run_loop
 
     # the event loop `llm-autoscaler run` uses (uvloop when installed)
@@ -873,7 +685,7 @@ def table(rows: Sequence[Sequence[object]]) -> str:
 def run_child(
     url: str, variant: str, args: argparse.Namespace, trace: bool, baseline: Path | None = None
 ) -> dict[str, Any]:
-    """One measured interpreter. ``variant`` is ``now``, ``before`` or a ``--baseline``
+    """One measured interpreter. ``variant`` is ``now`` or a ``--baseline``
     revision, optionally followed by ``+NAME=VALUE`` environment settings of that child
     (``now+PYTHONMALLOC=malloc``)."""
     name, *settings = variant.split("+")
@@ -907,10 +719,7 @@ def run_child(
         cmd.append("--trace")
     if args.census:
         cmd.append("--census")
-    # in the measured tree: scrape workers (python -m) import from the working directory
-    # first (code before 61a04f9 does not choose their directory itself)
-    cwd = str(baseline or ROOT)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(baseline or ROOT))
     if proc.returncode != 0:
         raise RuntimeError(f"child {variant} failed:\n{proc.stderr[-4000:]}")
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -948,23 +757,14 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.dev_only = [] if args.with_dev_packages else image_modules.dev_only_modules()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    command = "benchmarks/bench_rss.py " + " ".join(sys.argv[1:])
+    fleet.raise_fd_limit()
+    command = fleet.command_line("bench_rss.py")
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        ready = Path(tmp) / "ready.json"
-        proc = multiprocessing.Process(
-            target=serve_cluster, args=(args.targets, str(ready)), daemon=True
-        )
-        proc.start()
-        try:
-            deadline = time.monotonic() + 900
-            while not ready.exists():
-                if time.monotonic() > deadline or not proc.is_alive():
-                    raise RuntimeError("the cluster process did not come up")
-                time.sleep(0.5)
-            url = json.loads(ready.read_text())["url"]
+        # every page a tick reads a fresh one (counters growing, never wrapping)
+        pages = 2 * args.ticks + 120
+        with fleet.cluster("local", args.targets, PODS, pages) as cluster:
+            url = cluster.url
             variants: list[tuple[str, Path | None]] = [(v, None) for v in args.variants]
             if args.baseline:
                 from revisions import extract, short_rev
@@ -986,9 +786,6 @@ def main() -> None:
                     traced = run_child(url, variant, args, trace=True, baseline=baseline)
                     results[variant]["traced"] = traced
                     print(f"{variant} traced: {json.dumps(traced)}", file=sys.stderr, flush=True)
-        finally:
-            proc.terminate()
-            proc.join(timeout=10)
     names = list(results)
     phases = [
         ("interpreter", "interpreter"),

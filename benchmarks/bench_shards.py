@@ -44,9 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -55,15 +53,17 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+import fleet
+
 from autoscaler.kube.config import LEASE_POOL, api_client_for
 from autoscaler.kube.localapi import LocalKubeAPI
 from autoscaler.kube.sharding import ShardConfig, ShardManager, assign, shard_of
 from autoscaler.logging import configure_logging
 
-ROOT = Path(__file__).parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "shards.json"
-OVERLAY = ROOT / "deploy" / "overlays" / "sharded" / "config.yaml"
-NS = "llm-autoscaler"
+OVERLAY = fleet.ROOT / "deploy" / "overlays" / "sharded" / "config.yaml"
+NS = fleet.LEASE_NAMESPACE
 
 
 class Fleet:
@@ -326,7 +326,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging(fmt="console", level="ERROR")
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)  # clients that gave up
-    command = " ".join(["benchmarks/bench_shards.py", *sys.argv[1:]])
+    command = fleet.command_line("bench_shards.py")
     overlay = [
         asyncio.run(overlay_row("before: 64 shards, every take sent at once", 64, 10**6, args)),
         asyncio.run(overlay_row("64 shards, in flight <= the Lease pool", 64, LEASE_POOL, args)),
@@ -342,15 +342,12 @@ def main() -> None:
     document = {
         "benchmark": "bench_shards",
         "command": command,
-        "machine": {"cpus": os.cpu_count()},
         "overlay": overlay,
         "rows": rows,
         "markdown": overlay_table(overlay) + "\n" + table(rows),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
     print(document["markdown"])
-    print(f"wrote {RESULTS}", file=sys.stderr)
+    fleet.write_results("shards.json", document)
 
 
 if __name__ == "__main__":

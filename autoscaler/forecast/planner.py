@@ -222,7 +222,8 @@ class Planner:
             self.capacity = self.capacity.observe(t, ready_replicas, signals)
         demand = self._demand_replicas(signals)
         if demand is not None:
-            self.regime.observe(t, demand, horizon)
+            # A learned cold start of 0 s (pods Ready at once) gives no burst yardstick.
+            self.regime.observe(t, demand, horizon if horizon > 0.0 else None)
         self.last_t = t
 
     def _demand_replicas(self, signals: Mapping[str, float]) -> float | None:

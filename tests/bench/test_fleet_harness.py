@@ -71,7 +71,8 @@ def test_replicas_below_one_or_fewer_shards_than_replicas_are_refused() -> None:
 def two_replicas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     out = tmp_path_factory.mktemp("scale") / "scale.json"
     sizes = ["--targets", "6", "--replicas", "2", "--shards", "4"]
-    bench_scale.main([*sizes, "--warmup", "0.5", "--duration", "2", "--out", str(out)])
+    timing = ["--warmup", "0.5", "--duration", "2", "--settle-limit", "60"]
+    bench_scale.main([*sizes, *timing, "--out", str(out)])
     doc = json.loads(out.read_text())
     assert len(doc["rows"]) == 1
     row: dict[str, object] = doc["rows"][0]

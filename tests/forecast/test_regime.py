@@ -89,6 +89,16 @@ def test_the_planner_judges_the_demand_at_the_policy_s_per_replica_targets() -> 
     assert describe({}) is None
 
 
+def test_pods_ready_at_once_leave_the_planner_deciding() -> None:
+    planner = Planner(PlannerConfig(capacity_fallback={"running": 32.0, "waiting": 4.0}))
+    for t in range(50):  # pods Ready the moment they start: a learned cold start of 0 s
+        planner.observe_pod_ready(float(t), 0.0)
+    assert planner.horizon_s() == 0.0
+    for t in range(120):
+        planner.update(float(t), {"running": 64.0, "waiting": 1.0})
+    assert planner.forecast(120.0).regime["regime.level_replicas"] > 0.0
+
+
 def _ramp_with_bursts(est: RegimeEstimator, burst_s: int, seconds: int = 4000) -> None:
     """A level drifting 2 -> 5 replicas (followed, never steady) with 5-replica bursts
     of ``burst_s`` every 20 minutes; the cold start is 60 s throughout."""

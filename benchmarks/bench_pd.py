@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.sim.compare import run_comparison
+from autoscaler.policy.roles import RoleTargets
+from autoscaler.sim.compare import CompareConfig, _sizing_target, run_comparison
 from autoscaler.sim.disagg import (
     NO_TRANSFER,
     DisaggConfig,
@@ -40,21 +42,102 @@ from autoscaler.sim.disagg import (
     settled_roles,
     simulate_disagg,
 )
+from autoscaler.sim.policies import StaticPeak
 from autoscaler.sim.report import publish
+from autoscaler.sim.simulator import simulate
+from autoscaler.sim.traces import Trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_policies import SEED, scenario_config, scenarios  # noqa: E402
+from bench_policies import SEED, scenario_config, scenarios
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ("conv x4", "code", "long-context chat")
 SLO_ITL_S = {"conv x4": 0.05, "code": 0.1, "long-context chat": 0.05}
-# (row name, prefill utilisation, decode utilisation, transfer)
-DISAGG_ROWS: tuple[tuple[str, float, float, KvTransfer], ...] = (
-    ("disagg", 0.5, 0.75, KvTransfer()),
-    ("disagg lean", 0.7, 1.0, KvTransfer()),
-    ("disagg, free transfer", 0.5, 0.75, NO_TRANSFER),
-    ("disagg, 4x slower link", 0.5, 0.75, KvTransfer(bandwidth_bytes_per_s=25e9 / 4)),
+OURS_PROMPT_TARGET = 8000.0  # ours' prompt tokens/s per replica (policy/schema.py default)
+# (row name, prefill prompt tokens/s target or None: step model, transfer)
+DISAGG_ROWS: tuple[tuple[str, float | None, KvTransfer], ...] = (
+    ("disagg", None, KvTransfer()),
+    ("disagg, prefill target 8000 tok/s", OURS_PROMPT_TARGET, KvTransfer()),
+    ("disagg, free transfer", None, NO_TRANSFER),
+    ("disagg, 4x slower link", None, KvTransfer(bandwidth_bytes_per_s=25e9 / 4)),
 )
+ITL_GOAL = 0.99  # fixed fleets: share of tokens within the ITL SLO
+MAX_FLEET = 64
+
+
+def _smallest(ok: Callable[[int], bool], lo: int = 1, hi: int = MAX_FLEET) -> int | None:
+    """Smallest n in [lo, hi] with ok(n) (ok monotone in n); None if not even hi."""
+    if not ok(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def fixed_fleets(
+    trace: Trace, cfg: CompareConfig, slo_itl: float, targets: RoleTargets
+) -> dict[str, Any]:
+    """The architecture without the autoscaler: the smallest fixed aggregated fleet and
+    the smallest fixed prefill + decode split that meet the same goals (TTFT: static-peak's
+    sizing target, the goal x feasible ceiling when the goal is above it; ITL:
+    `ITL_GOAL`), every pod Ready from t = 0."""
+    _adm, _ceiling, ttft_goal = _sizing_target(trace, cfg)
+
+    def agg(n: int) -> tuple[float, float, float]:
+        r = simulate(trace, StaticPeak(n), cfg.cluster, slo_ttft_s=cfg.slo_ttft_s, seed=cfg.seed)
+        att = r.summary()["slo_attainment"] or 0.0
+        return r.gpu_hours, att, itl_attainment(r.itl_samples, slo_itl) or 0.0
+
+    memo_a: dict[int, tuple[float, float, float]] = {}
+    memo_d: dict[tuple[int, int], tuple[float, float, float]] = {}
+
+    def agg_m(n: int) -> tuple[float, float, float]:
+        if n not in memo_a:
+            memo_a[n] = agg(n)
+        return memo_a[n]
+
+    def dis(p: int, d: int) -> tuple[float, float, float]:
+        if (p, d) not in memo_d:
+            fixed = replace(targets, min_prefill=p, max_prefill=p, min_decode=d, max_decode=d)
+            dcfg = DisaggConfig(cluster=cfg.cluster, targets=fixed)
+            r = simulate_disagg(
+                trace,
+                dcfg,
+                slo_ttft_s=cfg.slo_ttft_s,
+                slo_itl_s=slo_itl,
+                initial=(p, d),
+                seed=cfg.seed,
+            )
+            s = r.summary()
+            memo_d[(p, d)] = (r.gpu_hours, s["ttft_attainment"] or 0.0, s["itl_attainment"] or 0.0)
+        return memo_d[(p, d)]
+
+    n = _smallest(lambda k: agg_m(k)[1] >= ttft_goal and agg_m(k)[2] >= ITL_GOAL)
+    d_big = MAX_FLEET // 4
+    p = _smallest(lambda k: dis(k, d_big)[1] >= ttft_goal)
+    d = None
+    if p is not None:
+        d = _smallest(lambda k: dis(p, k)[1] >= ttft_goal and dis(p, k)[2] >= ITL_GOAL, hi=d_big)
+    out: dict[str, Any] = {"ttft_goal": round(ttft_goal, 5), "itl_goal": ITL_GOAL}
+    if n is not None:
+        h, a, i = agg_m(n)
+        out["aggregated"] = {"replicas": n, "gpu_hours": round(h, 4), "ttft": a, "itl": i}
+    if p is not None and d is not None:
+        h, a, i = dis(p, d)
+        out["disagg"] = {
+            "prefill": p,
+            "decode": d,
+            "gpu_hours": round(h, 4),
+            "ttft": a,
+            "itl": i,
+        }
+    if "aggregated" in out and "disagg" in out:
+        out["ratio"] = round(out["disagg"]["gpu_hours"] / out["aggregated"]["gpu_hours"], 3)
+    return out
 
 
 def run_scenario(label: str) -> dict[str, Any]:
@@ -76,16 +159,14 @@ def run_scenario(label: str) -> dict[str, Any]:
             "wall_s": round(time.perf_counter() - started, 1),
         }
     ]
-    for name, pu, du, transfer in DISAGG_ROWS:
+    model_targets = role_targets(
+        cfg.cluster.profile, trace, slo_ttft_s=cfg.slo_ttft_s, slo_itl_s=slo_itl
+    )
+    for name, prompt_target, transfer in DISAGG_ROWS:
         started = time.perf_counter()
-        targets = role_targets(
-            cfg.cluster.profile,
-            trace,
-            slo_ttft_s=cfg.slo_ttft_s,
-            slo_itl_s=slo_itl,
-            prefill_utilisation=pu,
-            decode_utilisation=du,
-        )
+        targets = model_targets
+        if prompt_target is not None:
+            targets = replace(targets, prompt_tokens_per_s_per_prefill=prompt_target)
         dcfg = DisaggConfig(cluster=cfg.cluster, targets=targets, transfer=transfer)
         kw = {"slo_ttft_s": cfg.slo_ttft_s, "slo_itl_s": slo_itl, "seed": cfg.seed}
         init = settled_roles(trace, dcfg, **kw)  # type: ignore[arg-type]
@@ -117,7 +198,11 @@ def run_scenario(label: str) -> dict[str, Any]:
     base = rows[0]["gpu_hours"]
     for r in rows:
         r["ratio_to_aggregated"] = round(r["gpu_hours"] / base, 3) if base else None
+    started = time.perf_counter()
+    fleets = fixed_fleets(trace, cfg, slo_itl, model_targets)
+    fleets["wall_s"] = round(time.perf_counter() - started, 1)
     return {
+        "fixed_fleets": fleets,
         "scenario": label,
         "requests": len(trace),
         "slo_ttft_s": cfg.slo_ttft_s,
@@ -145,6 +230,34 @@ def markdown(results: list[dict[str, Any]]) -> str:
                 f"| {r['ratio_to_aggregated']:.3f} | {_pct(r['ttft_attainment'])} "
                 f"| {_pct(r['itl_attainment'])} | {r['replicas']} |"
             )
+    lines += [
+        "",
+        "| scenario | TTFT / ITL goal | fixed aggregated | fixed prefill + decode "
+        "| disagg / aggregated |",
+        "|---|---:|---|---|---:|",
+    ]
+    for res in results:
+        f = res["fixed_fleets"]
+        a, d = f.get("aggregated"), f.get("disagg")
+        a_s = (
+            "-"
+            if a is None
+            else (
+                f"{a['replicas']} ({a['gpu_hours']:.2f} GPU-h; {_pct(a['ttft'])}, {_pct(a['itl'])})"
+            )
+        )
+        d_s = (
+            "-"
+            if d is None
+            else (
+                f"{d['prefill']}P + {d['decode']}D ({d['gpu_hours']:.2f} GPU-h; "
+                f"{_pct(d['ttft'])}, {_pct(d['itl'])})"
+            )
+        )
+        lines.append(
+            f"| {res['scenario']} | {_pct(f['ttft_goal'])} / {_pct(f['itl_goal'])} | {a_s} "
+            f"| {d_s} | {f.get('ratio', '-')} |"
+        )
     return "\n".join(lines)
 
 

@@ -24,8 +24,8 @@ Model (docs/simulator.md "Prefill/decode disaggregation"):
   rate, waiting, TTFT p90; decode: running, mean KV usage, ITL p90; rates and quantiles
   over ``window_s`` from counter deltas, as `SimView`), then per role the HPA behaviour
   of the aggregated ``ours`` policy (`policy/behavior.py`: scale-down stabilisation
-  window, scale-up rate policies). Pods waiting for a node (Kubernetes' Pending) are the
-  role's ``pending``.
+  window, scale-up rate policies, the cold-start guard). Pods waiting for a node
+  (Kubernetes' Pending) are the role's ``pending``.
 
 Not modelled: the prefill replica's blocks held until the transfer completes, transfer
 bandwidth contention between requests, prefix caching. Deterministic under ``seed``.
@@ -44,7 +44,14 @@ import numpy as np
 from autoscaler.domain import ScaleEvent, TimedValue
 from autoscaler.errors import ConfigError
 from autoscaler.metrics.signals import DEFAULT_WINDOW_S
-from autoscaler.policy.behavior import Rules, resolve, scale_down_limit, scale_up_limit, stabilize
+from autoscaler.policy.behavior import (
+    Rules,
+    ready_step_limit,
+    resolve,
+    scale_down_limit,
+    scale_up_limit,
+    stabilize,
+)
 from autoscaler.policy.profiles import recommended
 from autoscaler.policy.roles import RoleSignals, RoleState, RoleTargets, size_roles
 from autoscaler.policy.schema import Behavior
@@ -87,8 +94,7 @@ class KvTransfer:
             )
         if not self.bandwidth_bytes_per_s > 0:
             raise ConfigError(
-                f"kv_transfer.bandwidth_bytes_per_s: value {self.bandwidth_bytes_per_s}"
-                " must be > 0"
+                f"kv_transfer.bandwidth_bytes_per_s: value {self.bandwidth_bytes_per_s} must be > 0"
             )
         if not (self.fixed_s >= 0 and math.isfinite(self.fixed_s)):
             raise ConfigError(f"kv_transfer.fixed_s: value {self.fixed_s} must be >= 0")
@@ -178,7 +184,9 @@ def _ours_behavior() -> Behavior:
 
 
 class _RoleBehavior:
-    """One role's HPA behaviour: stabilised recommendation, then the rate policies."""
+    """One role's HPA behaviour as ``ours`` applies it (`policy/core.py`): stabilised
+    recommendation, the rate policies, and the cold-start guard (at most one scale-up
+    policy step beyond the Ready replicas)."""
 
     def __init__(self, up: Rules, down: Rules, initial: int) -> None:
         self.up = up
@@ -191,7 +199,7 @@ class _RoleBehavior:
         self.events: deque[ScaleEvent] = deque()
         self._keep_s = float(max(keep, up.longest_period_s, down.longest_period_s))
 
-    def apply(self, want: int, current: int, now: float) -> int:
+    def apply(self, want: int, current: int, ready: int, now: float) -> int:
         while self.history and self.history[0].t <= now - self._keep_s:
             self.history.popleft()
         while self.events and self.events[0].t <= now - self._keep_s:
@@ -200,7 +208,8 @@ class _RoleBehavior:
         self.history.append(TimedValue(t=now, value=float(want)))
         ev = tuple(self.events)
         if out > current:
-            out = min(out, scale_up_limit(current, ev, self.up, now))
+            guard = max(ready_step_limit(ready, self.up), current)
+            out = min(out, scale_up_limit(current, ev, self.up, now), guard)
         elif out < current:
             out = max(out, scale_down_limit(current, ev, self.down, now))
         if out != current:
@@ -261,9 +270,7 @@ def itl_attainment(samples: list[tuple[float, int]], slo_itl_s: float) -> float 
 
 def _pending(cluster: Cluster, now: float) -> int:
     """Pods Kubernetes would show Pending: waiting for a node still provisioning."""
-    return sum(
-        1 for p in cluster.live if p.state is PodState.STARTING and p.node.ready_t > now
-    )
+    return sum(1 for p in cluster.live if p.state is PodState.STARTING and p.node.ready_t > now)
 
 
 def _window_quantile(
@@ -459,7 +466,7 @@ def simulate_disagg(
                 RoleState(dc.spec_replicas, _pending(dc, now)),
             )
             for role, (c, want) in enumerate(zip(pools, (dec.prefill, dec.decode), strict=True)):
-                out = behaviours[role].apply(min(want, cap), c.spec_replicas, now)
+                out = behaviours[role].apply(min(want, cap), c.spec_replicas, len(c.ready), now)
                 c.scale_to(out, now)
                 max_rep[role] = max(max_rep[role], c.spec_replicas)
         if k % tl_every == 0:

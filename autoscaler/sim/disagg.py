@@ -268,9 +268,16 @@ def itl_attainment(samples: list[tuple[float, int]], slo_itl_s: float) -> float 
     return round(ok / total, 5)
 
 
-def _pending(cluster: Cluster, now: float) -> int:
-    """Pods Kubernetes would show Pending: waiting for a node still provisioning."""
-    return sum(1 for p in cluster.live if p.state is PodState.STARTING and p.node.ready_t > now)
+def _pending(cluster: Cluster, now: float, first_nodes: int) -> int:
+    """Pods Kubernetes would show Pending: waiting for a node a scale-up provisions. (The
+    nodes of the Deployment running before the trace, ids below ``first_nodes``, keep the
+    cluster model's provisioning time for later pods, as in the aggregated simulator, but
+    exist: a pod placed there is scheduled.)"""
+    return sum(
+        1
+        for p in cluster.live
+        if p.state is PodState.STARTING and p.node.nid >= first_nodes and p.node.ready_t > now
+    )
 
 
 def _window_quantile(
@@ -351,6 +358,7 @@ def simulate_disagg(
             pod.created_t = 0.0
         c.tick(0.0)
         c.scale_events = 0
+    first_nodes = (len(pc.nodes), len(dc.nodes))
     max_rep = [pc.spec_replicas, dc.spec_replicas]
 
     def pick(c: Cluster, role: int) -> Replica | None:
@@ -462,8 +470,8 @@ def simulate_disagg(
             dec = size_roles(
                 sig,
                 cfg.targets,
-                RoleState(pc.spec_replicas, _pending(pc, now)),
-                RoleState(dc.spec_replicas, _pending(dc, now)),
+                RoleState(pc.spec_replicas, _pending(pc, now, first_nodes[0])),
+                RoleState(dc.spec_replicas, _pending(dc, now, first_nodes[1])),
             )
             for role, (c, want) in enumerate(zip(pools, (dec.prefill, dec.decode), strict=True)):
                 out = behaviours[role].apply(min(want, cap), c.spec_replicas, len(c.ready), now)

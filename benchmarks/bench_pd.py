@@ -5,8 +5,11 @@ SLO attainment on the policy benchmark's scenarios.
   the trace where it settles (`sim/compare.py`), as in bench_policies.py;
 - disaggregated: a prefill and a decode pool of the same replica profile, cold starts and
   price, sized by `size_roles` with ``ours``' HPA behaviour (`sim/disagg.py`); targets from
-  the step model (`role_targets`) at the default utilisations and at a leaner setting;
-  once more with a free KV transfer and once with a 4x slower link (sensitivity).
+  the step model (`role_targets`); then with ``ours``' prompt-token target for prefill,
+  polled every 15 s instead of every second, with a free KV transfer and with a 4x
+  slower link (sensitivity);
+- fixed fleets, no autoscaler: the smallest aggregated fleet and the smallest prefill +
+  decode split meeting the same TTFT and ITL goals (the architecture alone).
 
 Scenarios and TTFT SLOs as docs/benchmarks.md (bench_policies.py ``scenarios``); ITL SLO
 per token: 50 ms for chat (inference-perf interactive-chat ITL p99), 100 ms for code
@@ -54,12 +57,13 @@ ROOT = Path(__file__).resolve().parents[1]
 LABELS = ("conv x4", "code", "long-context chat")
 SLO_ITL_S = {"conv x4": 0.05, "code": 0.1, "long-context chat": 0.05}
 OURS_PROMPT_TARGET = 8000.0  # ours' prompt tokens/s per replica (policy/schema.py default)
-# (row name, prefill prompt tokens/s target or None: step model, transfer)
-DISAGG_ROWS: tuple[tuple[str, float | None, KvTransfer], ...] = (
-    ("disagg", None, KvTransfer()),
-    ("disagg, prefill target 8000 tok/s", OURS_PROMPT_TARGET, KvTransfer()),
-    ("disagg, free transfer", None, NO_TRANSFER),
-    ("disagg, 4x slower link", None, KvTransfer(bandwidth_bytes_per_s=25e9 / 4)),
+# (row name, prefill prompt tokens/s target or None: step model, transfer, poll s)
+DISAGG_ROWS: tuple[tuple[str, float | None, KvTransfer, float], ...] = (
+    ("disagg", None, KvTransfer(), 1.0),
+    ("disagg, prefill target 8000 tok/s", OURS_PROMPT_TARGET, KvTransfer(), 1.0),
+    ("disagg, 15 s poll", None, KvTransfer(), 15.0),
+    ("disagg, free transfer", None, NO_TRANSFER, 1.0),
+    ("disagg, 4x slower link", None, KvTransfer(bandwidth_bytes_per_s=25e9 / 4), 1.0),
 )
 ITL_GOAL = 0.99  # fixed fleets: share of tokens within the ITL SLO
 MAX_FLEET = 64
@@ -162,15 +166,19 @@ def run_scenario(label: str) -> dict[str, Any]:
     model_targets = role_targets(
         cfg.cluster.profile, trace, slo_ttft_s=cfg.slo_ttft_s, slo_itl_s=slo_itl
     )
-    for name, prompt_target, transfer in DISAGG_ROWS:
+    for name, prompt_target, transfer, poll_s in DISAGG_ROWS:
         started = time.perf_counter()
         targets = model_targets
         if prompt_target is not None:
             targets = replace(targets, prompt_tokens_per_s_per_prefill=prompt_target)
-        dcfg = DisaggConfig(cluster=cfg.cluster, targets=targets, transfer=transfer)
-        kw = {"slo_ttft_s": cfg.slo_ttft_s, "slo_itl_s": slo_itl, "seed": cfg.seed}
-        init = settled_roles(trace, dcfg, **kw)  # type: ignore[arg-type]
-        res = simulate_disagg(trace, dcfg, initial=init, **kw)  # type: ignore[arg-type]
+        dcfg = DisaggConfig(
+            cluster=cfg.cluster, targets=targets, transfer=transfer, poll_interval_s=poll_s
+        )
+        slo = cfg.slo_ttft_s
+        init = settled_roles(trace, dcfg, slo_ttft_s=slo, slo_itl_s=slo_itl, seed=cfg.seed)
+        res = simulate_disagg(
+            trace, dcfg, slo_ttft_s=slo, slo_itl_s=slo_itl, initial=init, seed=cfg.seed
+        )
         d = res.summary()
         rows.append(
             {

@@ -14,6 +14,7 @@ from autoscaler.sim.cluster import ClusterConfig
 from autoscaler.sim.disagg import (
     NO_TRANSFER,
     DisaggConfig,
+    DisaggResult,
     KvTransfer,
     itl_attainment,
     role_targets,
@@ -40,7 +41,9 @@ def fixed(p: int, d: int, transfer: KvTransfer | None = None) -> DisaggConfig:
     return DisaggConfig(cluster=CLUSTER, targets=t, transfer=transfer or KvTransfer())
 
 
-def run_fixed(trace: Trace, p: int, d: int, transfer: KvTransfer | None = None, seed: int = 0):  # type: ignore[no-untyped-def]
+def run_fixed(
+    trace: Trace, p: int, d: int, transfer: KvTransfer | None = None, seed: int = 0
+) -> DisaggResult:
     return simulate_disagg(
         trace,
         fixed(p, d, transfer),

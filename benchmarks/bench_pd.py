@@ -16,7 +16,7 @@ per token: 50 ms for chat (inference-perf interactive-chat ITL p99), 100 ms for 
 (inference-perf code-generation), calibration.md section 5. Attainment: TTFT over
 admitted requests; ITL over generated tokens after the first.
 
-    .venv/bin/python benchmarks/bench_pd.py [--only LABELS] [--jobs N]
+    .venv/bin/python benchmarks/bench_pd.py [--only LABELS] [--jobs N] [--minutes N]
 
 Prints a table and writes benchmarks/results/pd.json.
 """
@@ -144,8 +144,11 @@ def fixed_fleets(
     return out
 
 
-def run_scenario(label: str) -> dict[str, Any]:
+def run_scenario(job: tuple[str, float | None]) -> dict[str, Any]:
+    label, minutes = job
     trace = next(t for name, t, _d in scenarios(quick=True, seed=SEED) if name == label)
+    if minutes is not None:
+        trace = trace.window(0.0, minutes * 60.0)
     cfg = scenario_config(label)
     slo_itl = SLO_ITL_S[label]
     started = time.perf_counter()
@@ -273,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--only", default=",".join(LABELS), help="comma-separated scenarios")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--minutes", type=float, default=None, help="first N minutes of each trace")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "pd.json")
     args = ap.parse_args(argv)
     labels = [x.strip() for x in args.only.split(",") if x.strip()]
@@ -281,14 +285,19 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--only: value {x!r} must be one of {', '.join(LABELS)}")
     if args.jobs < 1:
         raise SystemExit(f"--jobs: value {args.jobs} must be >= 1")
+    if args.minutes is not None and not args.minutes > 1:
+        raise SystemExit(f"--minutes: value {args.minutes} must be > 1")
+    jobs = [(x, args.minutes) for x in labels]
     if args.jobs > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(pool.map(run_scenario, labels))
+            results = list(pool.map(run_scenario, jobs))
     else:
-        results = [run_scenario(x) for x in labels]
+        results = [run_scenario(j) for j in jobs]
     cmd = "python benchmarks/bench_pd.py"
     if args.only != ",".join(LABELS):
         cmd += f' --only "{args.only}"'
+    if args.minutes is not None:
+        cmd += f" --minutes {args.minutes:g}"
     publish(args.out, {"command": cmd, "results": results, "markdown": markdown(results)})
     return 0
 

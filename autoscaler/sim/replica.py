@@ -320,9 +320,11 @@ class Replica:
         ``kv_ready``: a disaggregated decode replica's request, whose prompt was prefilled
         elsewhere and whose KV arrived with its first token at ``now_s``. It waits until
         its prompt's blocks and a sequence slot are free, then joins the decode batch at the
-        start of a step without prefill work (sim/disagg.py); its first interval (handoff to
-        its next token, admission wait included) is an ITL sample. A preempted one is
-        recomputed here like any other request."""
+        start of a step without prefill work (sim/disagg.py, the emulator's decode role);
+        joining is its ``first_tokens`` event (the prefill's token released to the client;
+        no TTFT is recorded here). Its first interval (handoff to its next token, admission
+        wait included) is an ITL sample. A preempted one is recomputed here like any other
+        request."""
         if prompt_tokens < 1 or output_tokens < 1:
             raise ConfigError(
                 f"request {rid}: prompt {prompt_tokens} and output {output_tokens} must be >= 1"
@@ -536,6 +538,7 @@ class Replica:
             self._free_blocks -= self._land_blocks(seq)
             self._running[seq.rid] = seq
             self._add_decoder(seq, self._step)
+            self.events.first_tokens.append((seq.rid, self.clock_s))
             landed.append(seq)
         return landed
 

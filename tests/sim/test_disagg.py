@@ -67,7 +67,8 @@ def test_kv_ready_request_does_no_prefill_work() -> None:
     assert ev.finished[0][1] < 0.1
     assert rep.prompt_tokens_total == 0
     assert rep.generation_tokens_total == 10  # the first token came from prefill
-    assert not ev.first_tokens  # no TTFT on the decode side
+    assert ev.first_tokens == [(0, 0.0)]  # released on joining the batch, no TTFT here
+    assert sum(rep.metrics().ttft_bucket_counts) == 0
 
 
 def test_kv_capacity_bounds_decode_concurrency() -> None:

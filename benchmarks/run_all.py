@@ -29,6 +29,7 @@ ORDER = (
     "bench_seeds.py",
     "bench_variants.py",
     "bench_gpu_variants.py",
+    "bench_pd.py",
     "bench_reaction.py",
     "bench_emulator_speed.py",
     "bench_serverless.py",

@@ -19,7 +19,7 @@ import itertools
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from autoscaler.emulator.clock import EmuClock
 from autoscaler.errors import ConfigError
@@ -27,6 +27,19 @@ from autoscaler.sim.replica import HardwareProfile, Replica, StepEvents, context
 
 FinishReason = Literal["stop", "length", "abort"]
 FINISH_REASONS: Final[tuple[FinishReason, ...]] = ("stop", "length", "abort")
+# What a replica computes (prefill/decode disaggregation): "prefill" only the prompt and
+# its first token (whatever max_tokens asks, as a P/D proxy's max_tokens=1 request);
+# "decode" no prompt, its KV taken as transferred in (sim/replica.py ``kv_ready``), the
+# first token released when the request joins the decode batch; "both" the whole request.
+Role = Literal["prefill", "decode", "both"]
+ROLES: Final[tuple[Role, ...]] = get_args(Role)
+
+
+def check_role(role: str) -> Role:
+    if role not in ROLES:
+        raise ConfigError(f"role: value {role!r} must be one of {', '.join(ROLES)}")
+    return role
+
 
 # vllm/v1/metrics/loggers.py: request_latency_buckets (e2e, queue, prefill, decode, inference).
 REQUEST_LATENCY_BUCKETS_S: Final[tuple[float, ...]] = (
@@ -161,7 +174,9 @@ class EmulatedEngine:
         *,
         max_model_len: int | None = None,
         stream_interval_s: float = 0.02,
+        role: Role = "both",
     ) -> None:
+        self.role = check_role(role)
         if max_model_len is None:
             max_model_len = profile.max_model_len  # what the simulator's gateway enforces
         if max_model_len < 2:
@@ -251,9 +266,18 @@ class EmulatedEngine:
         too_long = context_limit_error(self.max_model_len, prompt_tokens, max_tokens)
         if too_long is not None:
             raise RequestRejected(400, too_long)
+        if self.role == "prefill":
+            max_tokens = 1  # the prompt and its first token only
+        elif self.role == "decode" and max_tokens < 2:
+            raise RequestRejected(
+                400,
+                f"max_tokens: value {max_tokens} must be >= 2 on a decode replica (its first"
+                " token comes from prefill)",
+            )
         now = self.clock.now()
         st = RequestState(next(self._ids), prompt_tokens, max_tokens, now, stream, stop_at_max)
-        if not self.replica.add_request(st.rid, prompt_tokens, max_tokens, now):
+        kv_ready = self.role == "decode"
+        if not self.replica.add_request(st.rid, prompt_tokens, max_tokens, now, kv_ready=kv_ready):
             raise RequestRejected(
                 400,
                 f"request needs {prompt_tokens + max_tokens} KV tokens, more than the"

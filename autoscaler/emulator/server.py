@@ -23,7 +23,13 @@ from typing import Any
 from aiohttp import web
 
 from autoscaler.emulator.clock import EmuClock
-from autoscaler.emulator.engine import EmulatedEngine, RequestRejected, RequestState
+from autoscaler.emulator.engine import (
+    EmulatedEngine,
+    RequestRejected,
+    RequestState,
+    Role,
+    check_role,
+)
 from autoscaler.emulator.metrics import CONTENT_TYPE, MetricsPage, Naming
 from autoscaler.emulator.sleep import WAKE_S_8B, SleepState, add_routes
 from autoscaler.errors import ConfigError
@@ -55,6 +61,7 @@ class ReplicaConfig:
     # vLLM's --enable-sleep-mode with VLLM_SERVER_DEV_MODE=1: /sleep, /wake_up, /is_sleeping
     sleep_mode: bool = False
     wake_s: float = WAKE_S_8B  # emulated seconds a /wake_up takes (calibration.md section 3)
+    role: Role = "both"  # prefill/decode disaggregation: which work it does (engine.Role)
 
     def resolved_profile(self) -> HardwareProfile:
         return get_profile(self.profile) if isinstance(self.profile, str) else self.profile
@@ -66,6 +73,7 @@ class ReplicaConfig:
             raise ConfigError(f"wake_s: value {self.wake_s!r} must be >= 0")
         if self.naming not in ("v1", "v0"):
             raise ConfigError(f"naming: value {self.naming!r} must be 'v1' or 'v0'")
+        check_role(self.role)
         if self.default_max_tokens < 1:
             raise ConfigError(f"default_max_tokens: value {self.default_max_tokens} must be >= 1")
 
@@ -132,6 +140,7 @@ class EmulatedReplica:
             clock,
             max_model_len=config.max_model_len,
             stream_interval_s=config.stream_interval_s,
+            role=config.role,
         )
         self.metrics_page = MetricsPage(self.engine, config.model, config.naming)
         self.sleep = SleepState(clock, config.wake_s)

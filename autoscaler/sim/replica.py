@@ -200,6 +200,7 @@ class _Seq:
         "finish_step",
         "first_token_t",
         "generated",
+        "kv_ready",
         "last_token_t",
         "output",
         "prompt",
@@ -220,6 +221,7 @@ class _Seq:
         self.finish_step = -1  # while decoding: step whose end produces the last token
         self.first_token_t: float | None = None
         self.last_token_t = 0.0
+        self.kv_ready = False  # prompt KV transferred in (disaggregated decode): no prefill
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,12 +306,33 @@ class Replica:
         self.events = StepEvents()
 
     # ---------------------------------------------------------------- inputs / views
-    def add_request(self, rid: int, prompt_tokens: int, output_tokens: int, now_s: float) -> bool:
+    def add_request(
+        self,
+        rid: int,
+        prompt_tokens: int,
+        output_tokens: int,
+        now_s: float,
+        kv_ready: bool = False,
+    ) -> bool:
         """Queue a request; False (not queued) when it exceeds ``max_model_len`` or can
-        never fit in the KV cache (vLLM answers 400 to both)."""
+        never fit in the KV cache (vLLM answers 400 to both).
+
+        ``kv_ready``: a disaggregated decode replica's request, whose prompt was prefilled
+        elsewhere and whose KV arrived with its first token at ``now_s``. It waits until
+        its prompt's blocks and a sequence slot are free, then joins the decode batch at the
+        start of a step without prefill work (sim/disagg.py, the emulator's decode role);
+        joining is its ``first_tokens`` event (the prefill's token released to the client;
+        no TTFT is recorded here). Its first interval (handoff to its next token, admission
+        wait included) is an ITL sample. A preempted one is recomputed here like any other
+        request."""
         if prompt_tokens < 1 or output_tokens < 1:
             raise ConfigError(
                 f"request {rid}: prompt {prompt_tokens} and output {output_tokens} must be >= 1"
+            )
+        if kv_ready and output_tokens < 2:
+            raise ConfigError(
+                f"request {rid}: output {output_tokens} must be >= 2 for a KV-ready request"
+                " (its first token came from prefill)"
             )
         if prompt_tokens + output_tokens > self.profile.kv_capacity_tokens or context_limit_error(
             self.profile.max_model_len, prompt_tokens, output_tokens
@@ -318,6 +341,11 @@ class Replica:
         if not self._running and not self._waiting and self.clock_s < now_s:
             self.clock_s = now_s  # idle engine: nothing happened in between
         seq = _Seq(rid, prompt_tokens, output_tokens, now_s)
+        if kv_ready:
+            seq.kv_ready = True
+            seq.generated = 1
+            seq.first_token_t = now_s
+            seq.last_token_t = now_s
         self._waiting.append(seq)
         self._by_rid[rid] = seq
         self.load += 1
@@ -387,6 +415,8 @@ class Replica:
     def _can_admit(self) -> bool:
         if not self._waiting or len(self._running) >= self.profile.max_num_seqs:
             return False
+        if self._waiting[0].kv_ready:
+            return self._can_land(self._waiting[0])
         budget = self.profile.max_num_batched_tokens - self._n_dec
         if budget <= 0:
             return False
@@ -484,15 +514,46 @@ class Replica:
         self.request_success_total += 1
         self.events.finished.append((seq.rid, t))
 
+    def _land_blocks(self, seq: _Seq) -> int:
+        # Held before this step's allocation: ceil((ctx - 1) / bs), ctx = prompt + 1.
+        return -(-seq.prompt // self._bs)
+
+    def _can_land(self, seq: _Seq) -> bool:
+        """A KV-ready request joins only when its blocks, its first decode block and every
+        running decoder's new block this step all fit (never causing a preemption)."""
+        need = self._land_blocks(seq) + (1 if (seq.prompt + 1) % self._bs == 1 else 0)
+        return self._free_blocks - need >= self._new_blocks_at(self._step)
+
+    def _land(self) -> list[_Seq]:
+        """Move KV-ready requests at the head of the queue into the decode batch (FCFS)."""
+        landed: list[_Seq] = []
+        while (
+            self._waiting
+            and self._waiting[0].kv_ready
+            and len(self._running) < self.profile.max_num_seqs
+            and self._can_land(self._waiting[0])
+        ):
+            seq = self._waiting.popleft()
+            seq.kv_ready = False  # a later preemption recomputes it locally
+            self._free_blocks -= self._land_blocks(seq)
+            self._running[seq.rid] = seq
+            self._add_decoder(seq, self._step)
+            self.events.first_tokens.append((seq.rid, self.clock_s))
+            landed.append(seq)
+        return landed
+
     def _explicit_step(self) -> float:
         prof = self.profile
         bs = self._bs
+        landed = self._land() if self._waiting and self._waiting[0].kv_ready else []
         s = self._step
         # 1. blocks for this step's decodes; preempt the newest request while short.
         while self._n_dec and self._new_blocks_at(s) > self._free_blocks:
             self._preempt_last()
         self._free_blocks -= self._new_blocks_at(s)
         self._allocated_for = s
+        if landed:
+            landed = [q for q in landed if q.finish_step >= 0]  # (never preempted: guard)
         n_dec = self._n_dec
         budget = prof.max_num_batched_tokens - n_dec
         ctx_tokens = self._dec_ctx_base + n_dec * s
@@ -515,6 +576,7 @@ class Replica:
         while (
             budget > 0
             and self._waiting
+            and not self._waiting[0].kv_ready  # lands at the next step's start
             and len(self._running) < prof.max_num_seqs
             and self._free_blocks >= -(-min(self._waiting[0].target, budget) // bs)
         ):
@@ -548,7 +610,14 @@ class Replica:
         # 4. decodes produce a token each.
         self.generation_tokens_total += n_dec
         self._sink.generation_tokens += n_dec
-        self._record_itl(dt, n_dec)
+        if landed:
+            # a landed request's first interval runs from its handoff, not its step start
+            self._record_itl(dt, n_dec - len(landed))
+            for seq in landed:
+                self._record_itl(t - seq.last_token_t, 1)
+                seq.last_token_t = t
+        else:
+            self._record_itl(dt, n_dec)
         self._finish_decoders_through(s, t)
         # 5. completed prefills produce a token (the first one, or the next after recompute).
         for seq, chunk in chunks:

@@ -1,0 +1,52 @@
+"""Smoke run of benchmarks/bench_pd.py on a few minutes of one trace.
+
+Asserts the table's bookkeeping (aggregated is the 1.00x reference, every disaggregated
+row splits its GPU-hours into the two pools, the fixed fleets meet their goals), never the
+measured numbers: those are the benchmark's, run in full.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_pd", ROOT / "benchmarks" / "bench_pd.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tiny_run_writes_a_consistent_table(tmp_path: Path) -> None:
+    bench = _load_bench()
+    out = tmp_path / "pd.json"
+    assert bench.main(["--only", "code", "--minutes", "3", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["command"] == 'python benchmarks/bench_pd.py --only "code" --minutes 3'
+    (res,) = doc["results"]
+    rows = res["rows"]
+    assert rows[0]["deployment"] == "aggregated (ours)"
+    assert rows[0]["ratio_to_aggregated"] == 1.0
+    assert len(rows) == 1 + len(bench.DISAGG_ROWS)
+    for r in rows[1:]:
+        assert r["gpu_hours"] == pytest.approx(
+            r["gpu_hours_prefill"] + r["gpu_hours_decode"], abs=2e-4
+        )
+        assert r["ratio_to_aggregated"] == pytest.approx(
+            r["gpu_hours"] / rows[0]["gpu_hours"], abs=1e-3
+        )
+    fleets = res["fixed_fleets"]
+    assert fleets["aggregated"]["ttft"] >= fleets["ttft_goal"]
+    assert fleets["disagg"]["ttft"] >= fleets["ttft_goal"]
+    assert fleets["disagg"]["itl"] >= fleets["itl_goal"]
+    assert "| code (0.5 s / 100 ms) | aggregated (ours) |" in doc["markdown"]

@@ -238,6 +238,7 @@ class KubeCluster:
             decision.desired_replicas,
             decision.reason,
             decision.numbers.get("held", 0),
+            decision.numbers.get("sleepers.sleeping"),
             owner,
             policy,
             generation,

@@ -453,3 +453,28 @@ async def test_a_follower_neither_sleeps_nor_wakes() -> None:
     demand.waiting = 4
     [d] = await loop.tick()
     assert d.desired_replicas == 1 and world.calls == [] and world.sleeping() == []
+
+
+async def test_status_and_metrics_show_awake_and_sleeping_counts() -> None:
+    from prometheus_client import generate_latest
+
+    from autoscaler.api.metrics import ControllerMetrics
+    from autoscaler.target_status import status_body
+
+    loop, world, demand, ctl, _, _ = make({"maxSleeping": 2})
+    metrics = ControllerMetrics()
+    loop.observer, ctl.observer = metrics, metrics
+    demand.waiting = 4
+    await loop.tick()
+    [d] = await loop.tick()
+    status = status_body(d, now_rfc3339="2026-01-01T00:00:00Z")
+    assert (status["awakeReplicas"], status["sleepingReplicas"]) == (1, 2)
+    text = generate_latest(metrics.registry).decode()
+    assert 'llm_autoscaler_sleeping_replicas{name="llama",namespace="llm"} 2.0' in text
+    assert 'llm_autoscaler_awake_replicas{name="llama",namespace="llm"} 1.0' in text
+    assert (
+        'llm_autoscaler_sleeper_actions_total{action="slept",name="llama",namespace="llm"} 2.0'
+        in text
+    )
+    plain = Decision(0.0, 1, 1, d.reason, "", False)  # a target without sleepers: no fields
+    assert "sleepingReplicas" not in status_body(plain, now_rfc3339="2026-01-01T00:00:00Z")

@@ -32,6 +32,7 @@ from autoscaler.control.held import HeldCounts, poke_at_zero
 from autoscaler.control.loop import ControlLoop
 from autoscaler.control.ports import AlwaysLeader, LeaderPort, SignalPort
 from autoscaler.control.signals import SourceSignals
+from autoscaler.control.sleepers import SleeperController
 from autoscaler.control.state import ControllerState
 from autoscaler.control.tasks import TaskGroup
 from autoscaler.domain import TargetRef
@@ -42,6 +43,7 @@ from autoscaler.kube.capacity import GpuCapacity
 from autoscaler.kube.config import KubeClients
 from autoscaler.kube.events import EventRecorder
 from autoscaler.kube.sharding import ShardConfig, ShardManager, ShardStatus
+from autoscaler.kube.sleep import PodSleepClient
 from autoscaler.kube.warmpool import WarmPoolManager
 from autoscaler.logging import get_logger
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
@@ -278,6 +280,9 @@ class Controller:
         )
         self.cluster = cluster
         self._closers.append(cluster.close)
+        sleep_io = PodSleepClient(self.api)
+        self._closers.append(sleep_io.close)
+        sleepers = SleeperController(sleep_io, events=recorder, observer=self.metrics)
         signals = self._signals()
         if isinstance(signals, SourceSignals):
             self._closers.append(signals.close)
@@ -292,6 +297,7 @@ class Controller:
             tick_phases=s.effective_tick_phases,
             # a target whose pod hangs or trickles delays only its own decision
             straggler_wait_s=s.tick_interval_s / s.effective_tick_phases,
+            sleepers=sleepers,
             # Process-wide advisory or keda: never write replicas (KEDA's HPA owns them).
             dry_run=s.mode in ("advisory", "keda"),
             decides=(

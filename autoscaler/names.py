@@ -14,6 +14,12 @@ CRD_SHORT_NAME: Final = "llmas"
 # Local/demo only: a pod whose metrics listen on their own port of 127.0.0.1.
 METRICS_PORT_ANNOTATION: Final = "autoscaling.llmscaler.io/metrics-port"
 COMPONENT: Final = "llm-autoscaler"
+# Sleepers (docs/policy.md#sleepers): a replica in vLLM sleep mode carries this label
+# ("true"), so whatever routes requests can leave it out, and the annotation says since
+# when (unix seconds) for the TTL. Lower deletion cost: the ReplicaSet removes it first.
+SLEEPING_LABEL: Final = "autoscaling.llmscaler.io/sleeping"
+ASLEEP_SINCE_ANNOTATION: Final = "autoscaling.llmscaler.io/asleep-since"
+POD_DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
 # A target's metricsPath: a URL path without whitespace or control characters (a CR/LF
 # would split the scrape's request line). The CRD's pattern is this one (RE2: ``$`` is
 # the end of the text); the REST API and the file store check the same with fullmatch.

@@ -62,6 +62,10 @@ def status_body(
                 "held": int(decision.numbers.get("held", 0)),
             }
         )
+        sleeping = decision.numbers.get("sleepers.sleeping")
+        if sleeping is not None:  # a target with sleepers (docs/policy.md#sleepers)
+            status["sleepingReplicas"] = int(sleeping)
+            status["awakeReplicas"] = int(decision.numbers.get("sleepers.awake", 0))
     if observed_generation is not None:
         status["observedGeneration"] = observed_generation
     if policy is not None:

@@ -317,6 +317,22 @@ def _status_schema() -> dict[str, Any]:
                 "type": "integer",
                 "minimum": 0,
             },
+            "awakeReplicas": {
+                "description": (
+                    "Replicas serving or starting (the Deployment's replicas minus the "
+                    "sleepers; docs/policy.md#sleepers)."
+                ),
+                "type": "integer",
+                "minimum": 0,
+            },
+            "sleepingReplicas": {
+                "description": (
+                    "Replicas in vLLM sleep mode: counted by the Deployment, serving nothing "
+                    "(label autoscaling.llmscaler.io/sleeping=true; docs/policy.md#sleepers)."
+                ),
+                "type": "integer",
+                "minimum": 0,
+            },
             "profile": {
                 "description": (
                     "The profile the controller applies (docs/policy.md#workload-classes-"
@@ -450,6 +466,8 @@ def build_crd() -> dict[str, Any]:
                         _column("Profile", "string", ".status.profile"),
                         _column("Reason", "string", ".status.lastReason", priority=1),
                         _column("Policy", "string", ".status.policyHash", priority=1),
+                        _column("Awake", "integer", ".status.awakeReplicas", priority=1),
+                        _column("Sleeping", "integer", ".status.sleepingReplicas", priority=1),
                         _column("Age", "date", ".metadata.creationTimestamp"),
                     ],
                     "schema": {

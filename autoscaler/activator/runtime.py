@@ -109,12 +109,14 @@ class ActivatorProcess:
                     "targets name a 'service' but no Kubernetes API client is configured "
                     "(run in a cluster, or give --kubeconfig)"
                 )
-            from kubernetes_asyncio.client import DiscoveryV1Api
+            from kubernetes_asyncio.client import CoreV1Api, DiscoveryV1Api
 
             slices = SliceEndpoints(
                 DiscoveryV1Api(self.kube_api).list_endpoint_slice_for_all_namespaces,
                 services,
                 self._set_ready,
+                # sleepers (docs/policy.md#sleepers) keep Ready but serve nothing
+                list_pods=CoreV1Api(self.kube_api).list_pod_for_all_namespaces,
             )
             slices.start()
             self.sources.append(slices)

@@ -48,6 +48,13 @@ class ControllerMetrics:
             "1 while this instance holds the leader Lease (only the leader writes).",
             registry=r,
         )
+        self.sleeper_actions = Counter(
+            "llm_autoscaler_sleeper_actions",
+            "Sleeper actions by target and action: woken, slept, deleted, wake_failed, "
+            "sleep_failed (docs/policy.md#sleepers).",
+            [*target, "action"],
+            registry=r,
+        )
         self.scrape_errors = Counter(
             "llm_autoscaler_scrape_errors", "Failed metric reads per target.", target, registry=r
         )
@@ -153,6 +160,10 @@ class ControllerMetrics:
             reason = "other"
         self.rejected_values.labels(ref.namespace, ref.name, reason).inc(count)
 
+    def observe_sleeper_action(self, ref: TargetRef, action: str, count: int) -> None:
+        """Sleepers woken, slept, deleted, or a failed sleep/wake (control/sleepers.py)."""
+        self.sleeper_actions.labels(ref.namespace, ref.name, action).inc(count)
+
     def observe_reconcile_error(self, ref: TargetRef) -> None:
         self.reconcile_errors.labels(ref.namespace, ref.name).inc()
 
@@ -219,6 +230,8 @@ class _DecisionSeries:
             forecast,
             horizon,
             capacity,
+            sleeping,
+            awake,
         ) = families = _families()
         for (ns, name, reason), (count, created) in list(self.counts.items()):
             decisions.add_metric((ns, name, reason), count, created=created)
@@ -246,6 +259,10 @@ class _DecisionSeries:
                     forecast.add_metric((*labels, parts[1]), number)
                 elif parts[0] == "capacity" and parts[2] == "per_replica":
                     capacity.add_metric((*labels, parts[1]), number)
+            sleeping_now = numbers.get("sleepers.sleeping")
+            if sleeping_now is not None:
+                sleeping.add_metric(labels, sleeping_now)
+                awake.add_metric(labels, numbers.get("sleepers.awake", 0.0))
             h = numbers.get("forecast_horizon_s", numbers.get("forecast.horizon_s"))
             if h is not None:
                 horizon.add_metric(labels, h)
@@ -254,6 +271,8 @@ class _DecisionSeries:
 
 def _families() -> tuple[
     CounterMetricFamily,
+    GaugeMetricFamily,
+    GaugeMetricFamily,
     GaugeMetricFamily,
     GaugeMetricFamily,
     GaugeMetricFamily,
@@ -309,5 +328,15 @@ def _families() -> tuple[
             "llm_autoscaler_capacity_per_replica",
             "Per-replica capacity per signal: learned at the SLO, else the configured target.",
             labels=signal,
+        ),
+        GaugeMetricFamily(
+            "llm_autoscaler_sleeping_replicas",
+            "Replicas in vLLM sleep mode at the latest decision (targets with policy.sleep).",
+            labels=_TARGET,
+        ),
+        GaugeMetricFamily(
+            "llm_autoscaler_awake_replicas",
+            "Replicas not asleep at the latest decision (targets with policy.sleep).",
+            labels=_TARGET,
         ),
     )

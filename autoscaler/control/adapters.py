@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from autoscaler.control.clock import Clock, MonotonicClock
-from autoscaler.control.ports import TargetView
+from autoscaler.control.ports import Replica, TargetView
 from autoscaler.domain import Decision, Forecast, Reason, TargetRef
 from autoscaler.errors import AutoscalerError, PermanentError
 from autoscaler.forecast.planner import Planner, PlannerConfig
@@ -171,8 +171,19 @@ class KubeCluster:
         synced = self.cache.pods.synced.is_set()
         snap = view.snapshot(synced)
         pods = tuple(
-            PodEndpoint(p.name, p.metrics_url) for p in snap.pods if p.ready and p.metrics_url
+            PodEndpoint(p.name, p.metrics_url)
+            for p in snap.pods
+            if p.ready and p.metrics_url and not p.sleeping
         )
+        ready = snap.ready
+        replicas: tuple[Replica, ...] = ()
+        if snap.sleeping or spec.policy.sleep is not None:  # else no per-pod work per tick
+            live = [p for p in snap.pods if not p.terminating]
+            ready -= sum(1 for p in live if p.ready and p.sleeping)
+            replicas = tuple(
+                Replica(p.name, p.ready, p.sleeping, p.engine_url, p.asleep_since_s, p.metrics_url)
+                for p in live
+            )
         capacity = None
         if self.capacity is not None and spec.policy.capacity.enforce:
             capacity = await self.capacity.max_replicas(spec, info.spec_replicas)
@@ -180,7 +191,7 @@ class KubeCluster:
             spec_replicas=info.spec_replicas,
             # Until the watch has synced we do not know which pods are ready: 0 read pods
             # makes every signal missing, so the core holds.
-            ready_replicas=snap.ready if synced else 0,
+            ready_replicas=ready if synced else 0,
             resource_version=info.resource_version,
             pending_replicas=snap.pending,
             pods=pods if synced else (),
@@ -188,6 +199,8 @@ class KubeCluster:
             cold_start_samples_s=snap.cold_start_samples_s,
             cold_start_total=snap.cold_start_total,
             owner_conflict=await self._owner_conflict(spec),
+            sleeping_replicas=snap.sleeping if synced else 0,
+            replicas=replicas if synced else (),
         )
 
     async def scale(self, spec: TargetSpec, replicas: int, resource_version: str) -> None:
@@ -225,6 +238,7 @@ class KubeCluster:
             decision.desired_replicas,
             decision.reason,
             decision.numbers.get("held", 0),
+            decision.numbers.get("sleepers.sleeping"),
             owner,
             policy,
             generation,

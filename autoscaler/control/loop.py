@@ -45,6 +45,7 @@ from autoscaler.control.ports import (
     PlannerPort,
     SignalPort,
     SignalReading,
+    SleeperPort,
     TargetView,
 )
 from autoscaler.control.state import ControllerState, TargetStatus
@@ -85,6 +86,7 @@ class ControlLoop:
         decides: Callable[[TargetRef], bool] | None = None,
         tick_phases: int = 1,
         straggler_wait_s: float | None = None,
+        sleepers: SleeperPort | None = None,
     ) -> None:
         if straggler_wait_s is not None and not straggler_wait_s > 0:
             raise ValueError(f"straggler_wait_s={straggler_wait_s!r}: must be > 0 or None")
@@ -121,6 +123,9 @@ class ControlLoop:
         self.held: HeldCounts | None = None
         self._poked: set[TargetRef] = set()
         self._poke_tasks: set[asyncio.Task[Decision | None]] = set()
+        # vLLM sleep mode for targets with policy.sleep (control/sleepers.py): the core
+        # decides awake replicas; this wakes, sleeps and deletes pods to match.
+        self.sleepers = sleepers
         state.loop.clock, state.loop.tick_interval_s = self.clock, tick_interval_s
 
     # -- targets --------------------------------------------------------------------------
@@ -150,7 +155,7 @@ class ControlLoop:
     def _forget(self, ref: TargetRef) -> None:
         """A deleted target's per-target memory elsewhere (scrape histories, cluster
         caches, metric series) goes with it; parts without ``forget`` keep nothing."""
-        for part in (self.cluster, self.signals, self.observer):
+        for part in (self.cluster, self.signals, self.observer, self.sleepers):
             forget = getattr(part, "forget", None)
             if callable(forget):
                 forget(ref)
@@ -394,7 +399,7 @@ class ControlLoop:
             return None
         spec = st.spec
         now = self.clock.now()
-        view = await self.cluster.observe(spec)
+        view = await self._observe(spec)
         reading = await self._read_signals(spec, view, now)
         planner = self._planner(spec)
         forecast = None
@@ -417,9 +422,13 @@ class ControlLoop:
         elif st.condition and st.condition.startswith("OwnershipConflict"):
             st.condition = None
         applied = False
-        if decision.changed and can_write:
-            decision, new_state, obs, applied = await self._apply(
-                spec, obs, prev, decision, new_state, view
+        frozen = spec.pause is not None  # a paused target's warm pool is left as it is
+        sleeps = self.sleepers is not None and self.sleepers.wants(spec, view)
+        sleeping: int | None = view.sleeping_replicas if sleeps else None
+        if can_write and (decision.changed or (sleeps and not frozen)):
+            # with sleepers, every tick: a TTL expires with the decision unchanged
+            decision, new_state, obs, applied, sleeping = await self._apply(
+                spec, obs, prev, decision, new_state, view, sleeps
             )
         self._decision_states[ref] = new_state
         if applied:  # before the awaits below: a held request in between sees it (held.py)
@@ -430,10 +439,10 @@ class ControlLoop:
             and obs.current_replicas == 0 < decision.desired_replicas
         ):
             self.held.scaled_from_zero(ref)  # a cold start for held requests: timed
-        frozen = spec.pause is not None  # a paused target's warm pool is left as it is
         if can_write and not frozen and spec.policy.warm_pool.enabled and planner is not None:
             await self._size_warm_pool(st, planner, now, decision)
-        if planner is not None or reading.rejected:  # one merge: this runs per target per tick
+        if planner is not None or reading.rejected or sleeping is not None:
+            # one merge: this runs per target per tick
             decision = replace(
                 decision,
                 numbers={
@@ -441,6 +450,7 @@ class ControlLoop:
                     **decision.numbers,
                     # why pods were left unread: out-of-range values, by reason
                     **{f"pods_rejected.{r}": float(n) for r, n in reading.rejected.items()},
+                    **_sleeper_numbers(decision, sleeping),
                 },
             )
         if holder:
@@ -479,7 +489,7 @@ class ControlLoop:
             return
         availability = metrics_availability(
             source=str(getattr(self.signals, "source_kind", "pods")),
-            spec_replicas=view.spec_replicas,
+            spec_replicas=view.awake_replicas,
             pods=len(view.pods),
             pods_read=reading.pods_read,
             signals_read=len(reading.signals),
@@ -535,6 +545,26 @@ class ControlLoop:
         )
         self._summary_t = now
 
+    async def _observe(self, spec: TargetSpec) -> TargetView:
+        view = await self.cluster.observe(spec)
+        if self.sleepers is not None:
+            view = self.sleepers.adjust(spec, view)  # our own marks the cache lags behind
+        return view
+
+    async def _write(
+        self, spec: TargetSpec, decision: Decision, view: TargetView, sleeps: bool
+    ) -> bool:
+        """Apply ``decision``; whether anything was applied. Without sleepers the workload's
+        replicas are the decision; with them the sleeper controller wakes, sleeps or
+        deletes pods and says what the replicas become."""
+        if not sleeps or self.sleepers is None:
+            await self.cluster.scale(spec, decision.desired_replicas, view.resource_version)
+            return True
+        outcome = await self.sleepers.reconcile(spec, view, decision.desired_replicas)
+        if outcome.replicas != view.spec_replicas:
+            await self.cluster.scale(spec, outcome.replicas, view.resource_version)
+        return outcome.acted
+
     async def _apply(
         self,
         spec: TargetSpec,
@@ -543,13 +573,15 @@ class ControlLoop:
         decision: Decision,
         new_state: DecisionState,
         view: TargetView,
-    ) -> tuple[Decision, DecisionState, Observation, bool]:
+        sleeps: bool = False,
+    ) -> tuple[Decision, DecisionState, Observation, bool, int | None]:
         """Write the decision; after a conflict, re-read and RE-DECIDE from the state
         before this tick, so a stale decision is never applied."""
+        sleeping = view.sleeping_replicas if sleeps else None
         for attempt in range(self.max_conflict_retries + 1):
             try:
-                await self.cluster.scale(spec, decision.desired_replicas, view.resource_version)
-                return decision, new_state, obs, True
+                applied = await self._write(spec, decision, view, sleeps)
+                return decision, new_state, obs, applied, sleeping
             except ConflictError as err:
                 log.info(
                     "scale conflict, re-deciding",
@@ -557,26 +589,27 @@ class ControlLoop:
                     attempt=attempt,
                     error=str(err),
                 )
-                view = await self.cluster.observe(spec)
+                view = await self._observe(spec)
+                sleeping = view.sleeping_replicas if sleeps else None
                 obs = replace(
                     obs,
-                    current_replicas=view.spec_replicas,
+                    current_replicas=view.awake_replicas,
                     ready_replicas=view.ready_replicas,
                     pending_replicas=view.pending_replicas,
                     capacity_max_replicas=view.capacity_max_replicas,
                 )
                 decision, new_state = self._decide(spec, obs, prev, obs.t)
                 if not decision.changed:
-                    return decision, new_state, obs, False
+                    return decision, new_state, obs, False, sleeping
             except ActuationError as err:
                 log.warning("scale failed; nothing applied", target=str(spec.ref), error=str(err))
                 if self.observer is not None:
                     self.observer.observe_scale_failure(spec.ref, "error")
-                return decision, new_state, obs, False
+                return decision, new_state, obs, False, sleeping
         log.warning("giving up after repeated conflicts", target=str(spec.ref))
         if self.observer is not None:
             self.observer.observe_scale_failure(spec.ref, "conflict")
-        return decision, new_state, obs, False
+        return decision, new_state, obs, False, sleeping
 
     async def _size_warm_pool(
         self, st: TargetStatus, planner: PlannerPort, now: float, decision: Decision
@@ -599,7 +632,7 @@ def _observation(
 ) -> Observation:
     return Observation(
         t=now,
-        current_replicas=view.spec_replicas,
+        current_replicas=view.awake_replicas,  # sleepers serve nothing
         ready_replicas=view.ready_replicas,
         signals=dict(reading.signals),
         pods_read=reading.pods_read,
@@ -609,3 +642,14 @@ def _observation(
         held=reading.held,
         in_flight=reading.in_flight,
     )
+
+
+def _sleeper_numbers(decision: Decision, sleeping: int | None) -> dict[str, float]:
+    """``sleepers.sleeping`` / ``sleepers.awake`` as observed at the decision, for targets
+    with sleepers (status, /metrics); nothing for the others."""
+    if sleeping is None:
+        return {}
+    return {
+        "sleepers.sleeping": float(sleeping),
+        "sleepers.awake": float(decision.current_replicas),
+    }

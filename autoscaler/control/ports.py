@@ -16,6 +16,18 @@ from autoscaler.target import TargetSpec
 
 
 @dataclass(frozen=True, slots=True)
+class Replica:
+    """One pod of the target as the sleeper controller needs it (not terminating)."""
+
+    name: str
+    ready: bool
+    sleeping: bool  # labelled a sleeper: counted by the workload, serving nothing
+    engine_url: str | None = None  # http://<podIP>:<port>: POST /sleep, /wake_up there
+    asleep_since_s: float | None = None  # unix seconds (the TTL's start)
+    metrics_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TargetView:
     """The scale target as the cluster reports it right now."""
 
@@ -28,6 +40,15 @@ class TargetView:
     cold_start_samples_s: tuple[float, ...] = ()  # the newest samples
     cold_start_total: int = 0  # samples ever taken (0: unknown, use the tuple's length)
     owner_conflict: str | None = None  # set when an HPA/ScaledObject owns the target
+    # Sleepers (control/sleepers.py): counted in spec_replicas, left out of ready_replicas
+    # and pods (they serve nothing). ``replicas``: every pod, only while sleepers matter.
+    sleeping_replicas: int = 0
+    replicas: tuple[Replica, ...] = ()
+
+    @property
+    def awake_replicas(self) -> int:
+        """The workload's replicas that are not asleep: what the policy core scales."""
+        return max(0, self.spec_replicas - self.sleeping_replicas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +72,35 @@ class ClusterPort(Protocol):
 
     async def record(self, spec: TargetSpec, decision: Decision, applied: bool) -> None:
         """Events / status for a decision (best effort)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SleepOutcome:
+    """What the sleeper controller did for one decision: the workload replicas to write
+    (sleepers included), and whether anything was acted on (a call or a write)."""
+
+    replicas: int
+    acted: bool = False
+    sleeping: int = 0  # sleepers after this step
+
+
+class SleeperPort(Protocol):
+    """Sleepers (vLLM sleep mode) for targets with ``policy.sleep``: `control.sleepers`."""
+
+    def wants(self, spec: TargetSpec, view: TargetView) -> bool:
+        """This target's replica count goes through `reconcile` (sleep set, or sleepers
+        left from before it was unset)."""
+        ...
+
+    def adjust(self, spec: TargetSpec, view: TargetView) -> TargetView:
+        """The view with this controller's own recent sleep/wake marks the cache has not
+        shown yet."""
+        ...
+
+    async def reconcile(self, spec: TargetSpec, view: TargetView, desired: int) -> SleepOutcome:
+        """Move the awake replicas toward ``desired``: wake or sleep pods, delete expired
+        sleepers; return the workload replicas to write."""
         ...
 
 

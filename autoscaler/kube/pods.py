@@ -11,6 +11,7 @@ samples (creation -> Ready ``lastTransitionTime``) for the forecaster's horizon.
 
 from __future__ import annotations
 
+import math
 import sys
 import weakref
 from collections import defaultdict, deque
@@ -21,7 +22,7 @@ from typing import Any
 
 from autoscaler.kube.gpu import is_pool_pod, request_totals
 from autoscaler.kube.selectors import equality_requirements, parse_label_selector
-from autoscaler.names import METRICS_PORT_ANNOTATION
+from autoscaler.names import ASLEEP_SINCE_ANNOTATION, METRICS_PORT_ANNOTATION, SLEEPING_LABEL
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -35,6 +36,9 @@ class PodInfo:
     phase: str
     ip: str | None
     metrics_url: str | None
+    sleeping: bool = False  # labelled a sleeper (names.SLEEPING_LABEL)
+    asleep_since_s: float | None = None  # unix seconds, from names.ASLEEP_SINCE_ANNOTATION
+    engine_url: str | None = None  # http://<podIP>:<port>: the engine's API (sleep, wake_up)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,7 @@ class PodSnapshot:
     pods: tuple[PodInfo, ...]
     placed: int = 0  # bound to a node and not finished (what GPU capacity counts)
     cold_start_total: int = 0  # samples ever taken (the tuple keeps the newest only)
+    sleeping: int = 0  # sleepers not terminating (docs/policy.md#sleepers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +74,8 @@ class PodRecord:
     requests: tuple[tuple[str, float], ...]  # extended resources (GPUs) it requests
     cold_start_s: float | None
     pool: bool  # a warm-pool pause pod
+    sleeping: bool = False  # labelled names.SLEEPING_LABEL=true
+    asleep_since_s: float | None = None
 
     @property
     def placed(self) -> bool:
@@ -145,8 +152,10 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord:
     terminating = bool(meta.get("deletionTimestamp"))
     phase = _intern(str(status.get("phase") or "Pending"))
     ready = cond is not None and cond.get("status") == "True" and phase == "Running"
-    override = (meta.get("annotations") or {}).get(METRICS_PORT_ANNOTATION)
+    annotations = meta.get("annotations") or {}
+    override = annotations.get(METRICS_PORT_ANNOTATION)
     labels = shared_labels(meta.get("labels"))
+    sleeping = labels.get(SLEEPING_LABEL) == "true"
     return PodRecord(
         namespace=_intern(str(meta.get("namespace") or "")),
         name=str(meta.get("name")),
@@ -161,13 +170,36 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord:
         requests=tuple(sorted(request_totals(spec).items())),
         cold_start_s=cold_start_s(pod),
         pool=is_pool_pod(labels),
+        sleeping=sleeping,
+        asleep_since_s=_since(annotations.get(ASLEEP_SINCE_ANNOTATION)) if sleeping else None,
     )
+
+
+def _since(value: Any) -> float | None:
+    """Unix seconds as the controller writes them; anything else reads as unknown."""
+    try:
+        since = float(value)
+    except (TypeError, ValueError):
+        return None
+    return since if math.isfinite(since) else None
 
 
 def pod_info(rec: PodRecord, port: int, path: str) -> PodInfo:
     use_port = rec.port_override or port
     url = f"http://{rec.ip}:{use_port}{path}" if rec.ip and rec.ready else None
-    return PodInfo(rec.name, rec.uid, rec.ready, rec.terminating, rec.phase, rec.ip, url)
+    engine = f"http://{rec.ip}:{use_port}" if rec.ip else None
+    return PodInfo(
+        rec.name,
+        rec.uid,
+        rec.ready,
+        rec.terminating,
+        rec.phase,
+        rec.ip,
+        url,
+        rec.sleeping,
+        rec.asleep_since_s,
+        engine,
+    )
 
 
 class TargetPods:
@@ -221,6 +253,7 @@ class TargetPods:
             pods=tuple(infos),
             placed=sum(1 for p in self.pods.values() if p.placed),
             cold_start_total=self._samples_total,
+            sleeping=sum(1 for i in infos if i.sleeping and not i.terminating),
         )
 
 

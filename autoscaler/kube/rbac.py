@@ -44,6 +44,7 @@ REQUIRED_RULES: tuple[Rule, ...] = (
     _r("apps", "deployments", "create patch", "warm-pool Deployments", "opted-in"),
     _r("apps", "statefulsets", "get list watch", "informer: replicas, pod template (GPU request)"),
     _r("", "pods", "list watch", "informer: pod discovery, cold starts, GPU requests on nodes"),
+    _r("", "pods", "patch", "sleepers: sleeping label, pod-deletion-cost", "opted-in"),
     _r("", "nodes", "list watch", "informer: allocatable GPUs"),
     _r("", "events", "create", "an Event on the target for every scale change"),
     _r("coordination.k8s.io", "leases", "get create update", "leader election", "lease"),

@@ -192,6 +192,21 @@ class ScaleToZero(_Model):
     hold_cap: Int | None = Field(default=None, ge=1, le=HOLD_CAP_MAX)
 
 
+SLEEP_TTL_MAX_S = 7 * 86_400
+
+
+class Sleep(_Model):
+    """vLLM sleep mode ("sleepers", docs/policy.md#sleepers). On scale-down an idle Ready
+    replica is put to sleep (``POST /sleep?level=1``) instead of being removed, while fewer
+    than ``maxSleeping`` sleep; the Deployment keeps counting it. A scale-up wakes sleepers
+    first (``POST /wake_up``, seconds) and cold-starts only the rest. A sleeper asleep for
+    ``ttlSeconds`` is deleted (unset or null: never). The pods must run vLLM with
+    ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``."""
+
+    max_sleeping: Int = Field(ge=0, le=REPLICAS_MAX)
+    ttl_seconds: Float | None = Field(default=None, gt=0, le=SLEEP_TTL_MAX_S)
+
+
 def _default_metrics() -> tuple[MetricSpec, ...]:
     # running 32 per replica: on the simulator's 8B/H100 replica TTFT p95 nears 0.5 s at
     # ~25-40 concurrent conversations (prefill shares each step with the decode batch);
@@ -227,6 +242,7 @@ class Policy(_Model):
     warm_pool: WarmPool = Field(default_factory=WarmPool)
     cold_start_guard: ColdStartGuard = Field(default_factory=ColdStartGuard)
     scale_to_zero: ScaleToZero = Field(default_factory=ScaleToZero)
+    sleep: Sleep | None = None  # unset: no sleepers (scale-down removes replicas)
     allow_fraction_average_value: Bool = False
 
     @property

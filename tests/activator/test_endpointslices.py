@@ -14,6 +14,7 @@ from autoscaler.activator.endpoints import slice_record
 from autoscaler.emulator import EmulatorFleet
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi.server import LocalKubeAPI
+from autoscaler.names import SLEEPING_LABEL
 from tests.activator.conftest import StartActivator
 from tests.support.waiting import until
 
@@ -83,3 +84,65 @@ async def test_held_request_is_forwarded_when_the_endpointslice_turns_ready(
         assert slices.informer.lists == 1  # one list, then the watch: no call per request
     finally:
         await api.close()
+
+
+async def test_a_sleeping_pod_is_left_out_of_the_ready_endpoints(
+    kube: LocalKubeAPI, start_activator: StartActivator
+) -> None:
+    """A sleeper keeps its Ready condition (docs/policy.md#sleepers); its label takes it
+    out of the activator's endpoints, and removing the label brings it back."""
+    obj = endpoint_slice("llama-abc", "llama", 8000, [True, True])
+    for i, ep in enumerate(obj["endpoints"]):
+        ep["addresses"] = [f"10.0.0.{i + 1}"]
+        ep["targetRef"] = {"kind": "Pod", "name": f"llama-{i}", "namespace": "ml"}
+    kube.create("endpointslices", obj, group="discovery.k8s.io")
+    for i in range(2):
+        kube.create(
+            "pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"llama-{i}", "namespace": "ml", "labels": {"app": "l"}},
+                "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+            },
+        )
+    api = api_client_for(kube.url)
+    try:
+        cfg = {"targets": [{"model": "m", "namespace": "ml", "service": "llama", "port": 8000}]}
+        act = await start_activator(cfg, kube_api=api)
+        slices = act.sources[0]
+        await slices.wait_synced()
+        gate = act.activator.gates["ml/llama"]  # type: ignore[union-attr]
+        assert gate.ready == ("10.0.0.1:8000", "10.0.0.2:8000")
+        pod = kube.get("pods", "ml", "llama-1")
+        assert pod is not None
+        pod["metadata"]["labels"][SLEEPING_LABEL] = "true"
+        kube.update("pods", pod)
+        await until(lambda: gate.ready == ("10.0.0.1:8000",), 5, "the sleeper left out")
+        pod = kube.get("pods", "ml", "llama-1")
+        assert pod is not None
+        del pod["metadata"]["labels"][SLEEPING_LABEL]
+        kube.update("pods", pod)
+        await until(lambda: len(gate.ready) == 2, 5, "the woken pod back")
+        assert slices.sleepers is not None and slices.sleepers.lists == 1
+    finally:
+        await api.close()
+
+
+async def test_a_probed_endpoint_that_is_asleep_is_not_ready(
+    start_activator: StartActivator, fleet: EmulatorFleet, http: aiohttp.ClientSession
+) -> None:
+    from autoscaler.emulator.server import ReplicaConfig
+
+    pod = await fleet.start_replica("p", config=ReplicaConfig(model="m", sleep_mode=True))
+    act = await start_activator(
+        {"targets": [{"model": "m", "endpoints": [f"127.0.0.1:{pod.port}"]}]}
+    )
+    gate = act.activator.gates["default/m"]  # type: ignore[union-attr]
+    await until(lambda: len(gate.ready) == 1, 5, "Ready while awake")
+    async with http.post(pod.url + "/sleep?level=1") as r:
+        assert r.status == 200
+    await until(lambda: gate.ready == (), 5, "asleep: not Ready though /health is 200")
+    async with http.post(pod.url + "/wake_up") as r:
+        assert r.status == 200
+    await until(lambda: len(gate.ready) == 1, 5, "awake again")

@@ -17,7 +17,8 @@ def _one(objs: list[Obj], kind: str) -> Obj:
     return obj
 
 
-def test_rbac_reads_endpointslices_and_nothing_else() -> None:
+def test_rbac_reads_endpointslices_and_pods_and_nothing_else() -> None:
+    """EndpointSlices, and pods (list + watch, the sleepers) to leave sleepers out."""
     objs = render(ACTIVATOR)
     role = _one(objs, "ClusterRole")
     assert role["rules"] == [
@@ -25,7 +26,8 @@ def test_rbac_reads_endpointslices_and_nothing_else() -> None:
             "apiGroups": ["discovery.k8s.io"],
             "resources": ["endpointslices"],
             "verbs": ["get", "list", "watch"],
-        }
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     ]
     binding = _one(objs, "ClusterRoleBinding")
     sa = _one(objs, "ServiceAccount")

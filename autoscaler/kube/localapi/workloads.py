@@ -21,7 +21,7 @@ from autoscaler.kube.localapi.status import ApiError, Obj, rfc3339
 from autoscaler.kube.selectors import (
     selector_string,
 )
-from autoscaler.names import METRICS_PORT_ANNOTATION
+from autoscaler.names import METRICS_PORT_ANNOTATION, POD_DELETION_COST_ANNOTATION
 
 
 class WorkloadController(ObjectStore):
@@ -349,16 +349,28 @@ def _pod_ready(pod: Mapping[str, Any]) -> bool:
 
 
 def _victims(pods: list[Obj], n: int) -> list[Obj]:
-    """Like the ReplicaSet controller: unscheduled, then not-ready, then newest first."""
+    """Like the ReplicaSet controller: unscheduled, then not-ready, then the lower
+    ``controller.kubernetes.io/pod-deletion-cost``, then newest first."""
     ranked = sorted(
         pods,
         key=lambda p: (
             bool((p.get("spec") or {}).get("nodeName")),
             _pod_ready(p),
+            _deletion_cost(p),
             _neg_ts(p["metadata"]["creationTimestamp"]),
         ),
     )
     return ranked[:n]
+
+
+def _deletion_cost(pod: Obj) -> int:
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+        POD_DELETION_COST_ANNOTATION, "0"
+    )
+    try:
+        return int(raw)
+    except ValueError:  # the API server refuses such a value; read it as unset
+        return 0
 
 
 def _neg_ts(ts: str) -> tuple[int, ...]:

@@ -7,28 +7,14 @@ those are the benchmark's, run in full.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_gpu_variants", ROOT / "benchmarks" / "bench_gpu_variants.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.bench.scripts import load_bench
 
 
 def test_tiny_run_writes_a_consistent_table(tmp_path: Path) -> None:
-    bench = _load_bench()
+    bench = load_bench("bench_gpu_variants")
     out = tmp_path / "gpu_variants.json"
     assert (
         bench.main(

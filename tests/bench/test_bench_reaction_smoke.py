@@ -7,31 +7,16 @@ there), never timings: those are measured by `benchmarks/bench_reaction.py`.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import math
 import random
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.scripts import load_bench
 
-
-def _load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_reaction", ROOT / "benchmarks" / "bench_reaction.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+bench = load_bench("bench_reaction")
 
 
 @contextlib.asynccontextmanager

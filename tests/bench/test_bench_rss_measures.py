@@ -3,7 +3,7 @@ image's module set. Behaviour only; the figures are measured by benchmarks/bench
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import subprocess
 import sys
@@ -14,8 +14,7 @@ from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "benchmarks"
+from tests.bench.scripts import load_bench
 
 # A parent that fills 64 MiB, forks a child that shares those pages (never writes them),
 # prints both pids and waits: the group holds the buffer once, each RSS holds it whole.
@@ -34,25 +33,14 @@ SHARED = textwrap.dedent(
 )
 
 
-def _load(name: str) -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def bench_rss() -> ModuleType:
-    return _load("bench_rss")
+    return load_bench("bench_rss")
 
 
 @pytest.fixture(scope="module")
 def image_modules() -> ModuleType:
-    return _load("image_modules")
+    return load_bench("image_modules")
 
 
 @pytest.fixture

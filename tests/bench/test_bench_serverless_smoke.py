@@ -6,31 +6,17 @@ request; sleepers answer the same first requests in seconds."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_serverless", ROOT / "benchmarks" / "bench_serverless.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.bench.scripts import load_bench
 
 
 def test_quick_run_writes_rows_that_trade_gpu_hours_for_first_request_ttft(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "serverless.json"
-    assert _load_bench().main(["--quick", "--out", str(out)]) == 0
+    assert load_bench("bench_serverless").main(["--quick", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert set(doc["sizes"]) == {"8b", "70b"}
     for size in doc["sizes"].values():

@@ -35,7 +35,12 @@ from typing import Any
 import numpy as np
 
 from autoscaler.policy.roles import RoleTargets
-from autoscaler.sim.compare import CompareConfig, _sizing_target, run_comparison
+from autoscaler.sim.compare import (
+    CompareConfig,
+    _sizing_target,
+    run_comparison,
+    smallest_satisfying,
+)
 from autoscaler.sim.disagg import (
     NO_TRANSFER,
     DisaggConfig,
@@ -71,15 +76,7 @@ MAX_FLEET = 64
 
 def _smallest(ok: Callable[[int], bool], lo: int = 1, hi: int = MAX_FLEET) -> int | None:
     """Smallest n in [lo, hi] with ok(n) (ok monotone in n); None if not even hi."""
-    if not ok(hi):
-        return None
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    return smallest_satisfying(ok, lo, hi) if ok(hi) else None
 
 
 def fixed_fleets(

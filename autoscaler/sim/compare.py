@@ -142,14 +142,20 @@ def static_sizing(
         if hi >= max_n:
             return result(max_n, False)
         hi = min(max_n, hi * 2)
-    lo = hi // 2 + 1 if hi > 1 else 1
+    return result(smallest_satisfying(ok, hi // 2 + 1 if hi > 1 else 1, hi), True)
+
+
+def smallest_satisfying(ok: Callable[[int], bool], lo: int, hi: int) -> int:
+    """Smallest n in [lo, hi] with ok(n), by bisection; ok must be monotone in n and
+    true at hi (the caller checked). The one fleet-size search of the simulator's
+    sizings (static sizing here, the fixed P/D split in bench_pd)."""
     while lo < hi:
         mid = (lo + hi) // 2
         if ok(mid):
             hi = mid
         else:
             lo = mid + 1
-    return result(hi, True)
+    return hi
 
 
 def _sizing_target(trace: Trace, cfg: CompareConfig) -> tuple[int, float, float]:

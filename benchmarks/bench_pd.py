@@ -7,7 +7,9 @@ SLO attainment on the policy benchmark's scenarios.
   price, sized by `size_roles` with ``ours``' HPA behaviour (`sim/disagg.py`); targets from
   the step model (`role_targets`); then with ``ours``' prompt-token target for prefill,
   polled every 15 s instead of every second, with a free KV transfer and with a 4x
-  slower link (sensitivity);
+  slower link (sensitivity); and with the decode pool on MIG 2g.20gb slices (a third of
+  an H100 each, FP8 weights; `sim/variants.py`) where the slice's 8k context covers the
+  scenario (not on the 128k long-context hour);
 - fixed fleets, no autoscaler: the smallest aggregated fleet and the smallest prefill +
   decode split meeting the same TTFT and ITL goals (the architecture alone).
 
@@ -17,6 +19,9 @@ per token: 50 ms for chat (inference-perf interactive-chat ITL p99), 100 ms for 
 admitted requests; ITL over generated tokens after the first.
 
     .venv/bin/python benchmarks/bench_pd.py [--only LABELS] [--jobs N] [--minutes N]
+
+Cost is GPU-dollars ($4 per H100-hour, slices billed a third): the same ratio as
+GPU-hours wherever both pools run whole H100s.
 
 Prints a table and writes benchmarks/results/pd.json.
 """
@@ -35,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from autoscaler.policy.roles import RoleTargets
+from autoscaler.sim.cluster import ClusterConfig
 from autoscaler.sim.compare import (
     CompareConfig,
     _sizing_target,
@@ -54,6 +60,7 @@ from autoscaler.sim.policies import StaticPeak
 from autoscaler.sim.report import publish
 from autoscaler.sim.simulator import simulate
 from autoscaler.sim.traces import Trace
+from autoscaler.sim.variants import MIG_2G20GB
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_policies import SEED, scenario_config, scenarios
@@ -62,14 +69,24 @@ ROOT = Path(__file__).resolve().parents[1]
 LABELS = ("conv x4", "code", "long-context chat")
 SLO_ITL_S = {"conv x4": 0.05, "code": 0.1, "long-context chat": 0.05}
 OURS_PROMPT_TARGET = 8000.0  # ours' prompt tokens/s per replica (policy/schema.py default)
-# (row name, prefill prompt tokens/s target or None: step model, transfer, poll s)
-DISAGG_ROWS: tuple[tuple[str, float | None, KvTransfer, float], ...] = (
-    ("disagg", None, KvTransfer(), 1.0),
-    ("disagg, prefill target 8000 tok/s", OURS_PROMPT_TARGET, KvTransfer(), 1.0),
-    ("disagg, 15 s poll", None, KvTransfer(), 15.0),
-    ("disagg, free transfer", None, NO_TRANSFER, 1.0),
-    ("disagg, 4x slower link", None, KvTransfer(bandwidth_bytes_per_s=25e9 / 4), 1.0),
+# (row name, prefill prompt tokens/s target or None: step model, transfer, poll s,
+#  decode pool on MIG 2g.20gb slices)
+DISAGG_ROWS: tuple[tuple[str, float | None, KvTransfer, float, bool], ...] = (
+    ("disagg", None, KvTransfer(), 1.0, False),
+    ("disagg, prefill target 8000 tok/s", OURS_PROMPT_TARGET, KvTransfer(), 1.0, False),
+    ("disagg, 15 s poll", None, KvTransfer(), 15.0, False),
+    ("disagg, free transfer", None, NO_TRANSFER, 1.0, False),
+    ("disagg, 4x slower link", None, KvTransfer(bandwidth_bytes_per_s=25e9 / 4), 1.0, False),
+    ("disagg, decode on MIG 2g.20gb", None, KvTransfer(), 1.0, True),
 )
+
+
+def mig_decode_pool(cfg: CompareConfig) -> ClusterConfig:
+    """The decode pool on MIG 2g.20gb slices: three per H100, the H100's price per GPU,
+    the scenario's cold starts."""
+    return replace(cfg.cluster, profile=MIG_2G20GB, sharing="mig", replicas_per_gpu=3)
+
+
 ITL_GOAL = 0.99  # fixed fleets: share of tokens within the ITL SLO
 MAX_FLEET = 64
 
@@ -156,6 +173,7 @@ def run_scenario(job: tuple[str, float | None]) -> dict[str, Any]:
         {
             "deployment": "aggregated (ours)",
             "gpu_hours": round(agg.gpu_hours, 4),
+            "gpu_dollars": round(agg.gpu_hours * cfg.cluster.price_per_gpu_hour, 3),
             "ttft_attainment": s["slo_attainment"],
             "itl_attainment": itl_attainment(agg.itl_samples, slo_itl),
             "replicas": f"max {agg.max_replicas}",
@@ -166,13 +184,31 @@ def run_scenario(job: tuple[str, float | None]) -> dict[str, Any]:
     model_targets = role_targets(
         cfg.cluster.profile, trace, slo_ttft_s=cfg.slo_ttft_s, slo_itl_s=slo_itl
     )
-    for name, prompt_target, transfer, poll_s in DISAGG_ROWS:
+    for name, prompt_target, transfer, poll_s, on_mig in DISAGG_ROWS:
+        decode_pool = mig_decode_pool(cfg) if on_mig else None
+        if decode_pool is not None and (
+            decode_pool.profile.max_model_len < cfg.cluster.profile.max_model_len
+            and bool((trace.prompt_tokens + trace.output_tokens > MIG_2G20GB.max_model_len).any())
+        ):
+            continue  # the slice cannot hold this scenario's contexts
         started = time.perf_counter()
         targets = model_targets
+        if decode_pool is not None:
+            targets = role_targets(
+                cfg.cluster.profile,
+                trace,
+                slo_ttft_s=cfg.slo_ttft_s,
+                slo_itl_s=slo_itl,
+                decode_profile=decode_pool.profile,
+            )
         if prompt_target is not None:
             targets = replace(targets, prompt_tokens_per_s_per_prefill=prompt_target)
         dcfg = DisaggConfig(
-            cluster=cfg.cluster, targets=targets, transfer=transfer, poll_interval_s=poll_s
+            cluster=cfg.cluster,
+            targets=targets,
+            transfer=transfer,
+            poll_interval_s=poll_s,
+            decode_cluster=decode_pool,
         )
         slo = cfg.slo_ttft_s
         init = settled_roles(trace, dcfg, slo_ttft_s=slo, slo_itl_s=slo_itl, seed=cfg.seed)
@@ -184,6 +220,8 @@ def run_scenario(job: tuple[str, float | None]) -> dict[str, Any]:
             {
                 "deployment": name,
                 "gpu_hours": d["gpu_hours"],
+                "gpu_dollars": d["gpu_dollars"],
+                "rejected": d["rejected"],
                 "gpu_hours_prefill": d["gpu_hours_prefill"],
                 "gpu_hours_decode": d["gpu_hours_decode"],
                 "ttft_attainment": d["ttft_attainment"],
@@ -203,9 +241,9 @@ def run_scenario(job: tuple[str, float | None]) -> dict[str, Any]:
                 "wall_s": round(time.perf_counter() - started, 1),
             }
         )
-    base = rows[0]["gpu_hours"]
+    base = rows[0]["gpu_dollars"]
     for r in rows:
-        r["ratio_to_aggregated"] = round(r["gpu_hours"] / base, 3) if base else None
+        r["ratio_to_aggregated"] = round(r["gpu_dollars"] / base, 3) if base else None
     started = time.perf_counter()
     fleets = fixed_fleets(trace, cfg, slo_itl, model_targets)
     fleets["wall_s"] = round(time.perf_counter() - started, 1)
@@ -226,15 +264,15 @@ def _pct(x: float | None) -> str:
 
 def markdown(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| scenario (TTFT / ITL SLO) | deployment | GPU-h | disagg / aggregated "
+        "| scenario (TTFT / ITL SLO) | deployment | GPU-h | GPU-$ | $ disagg / aggregated "
         "| TTFT attainment | ITL attainment | replicas |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for res in results:
         head = f"{res['scenario']} ({res['slo_ttft_s']:g} s / {1000 * res['slo_itl_s']:g} ms)"
         for r in res["rows"]:
             lines.append(
-                f"| {head} | {r['deployment']} | {r['gpu_hours']:.2f} "
+                f"| {head} | {r['deployment']} | {r['gpu_hours']:.2f} | {r['gpu_dollars']:.2f} "
                 f"| {r['ratio_to_aggregated']:.3f} | {_pct(r['ttft_attainment'])} "
                 f"| {_pct(r['itl_attainment'])} | {r['replicas']} |"
             )

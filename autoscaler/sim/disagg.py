@@ -3,9 +3,12 @@ decode pool, each sized over time by `autoscaler.policy.roles.size_roles`.
 
 Model (docs/simulator.md "Prefill/decode disaggregation"):
 
-- Both pools are `sim/cluster.py` clusters of the same `ClusterConfig` (profile, cold-start
+- Both pools are `sim/cluster.py` clusters of a `ClusterConfig` (profile, cold-start
   phases, price, drain): a pod is billed from creation, Ready after its sampled cold start,
-  drained on scale-down. Each pool has its own nodes and its own seeded random stream.
+  drained on scale-down. Each pool has its own nodes and its own seeded random stream. The
+  decode pool may run another GPU type (``DisaggConfig.decode_cluster``, for example a MIG
+  slice: decode is bound by memory bandwidth, prefill by compute); a request is admitted
+  only when both pools' profiles take its context.
 - A prefill replica is the `sim/replica.py` engine given only the prompt (one output
   token): chunked prefill, queueing and KV admission as the aggregated replica. Its first
   token ends prefill; the request's KV then moves to the decode pool in
@@ -119,22 +122,25 @@ def role_targets(
     prefill_utilisation: float = 0.5,
     decode_utilisation: float = 0.75,
     kv_usage_target: float = 0.8,
+    decode_profile: HardwareProfile | None = None,
 ) -> RoleTargets:
     """Per-replica targets from the step model (offline profiling, as the variants'
     capacities): a prefill replica's prompt tokens/s at the trace's token-weighted mean
     prompt (chunked, attention included) x ``prefill_utilisation``; a decode replica's
     running requests at which a step at the mean decode context still meets the ITL SLO,
-    capped by ``max_num_seqs`` and the KV target, x ``decode_utilisation``."""
+    capped by ``max_num_seqs`` and the KV target, x ``decode_utilisation``. The decode
+    side uses ``decode_profile`` when the decode pool runs another GPU type."""
     for name, v in (
         ("prefill_utilisation", prefill_utilisation),
         ("decode_utilisation", decode_utilisation),
     ):
         if not 0 < v <= 1:
             raise ConfigError(f"role_targets.{name}: value {v} must be in (0, 1]")
-    if not slo_itl_s * 1000.0 > profile.t0_ms:
+    dprof = profile if decode_profile is None else decode_profile
+    if not slo_itl_s * 1000.0 > dprof.t0_ms:
         raise ConfigError(
-            f"role_targets.slo_itl_s: value {slo_itl_s} must exceed the profile's empty step"
-            f" ({profile.t0_ms} ms)"
+            f"role_targets.slo_itl_s: value {slo_itl_s} must exceed the decode profile's"
+            f" empty step ({dprof.t0_ms} ms on {dprof.name})"
         )
     prompt = trace.prompt_tokens.astype(np.float64)
     output = trace.output_tokens.astype(np.float64)
@@ -144,10 +150,10 @@ def role_targets(
     mean_prompt = min(mean_prompt, profile.max_model_len - 1)
     prefill_tps = mean_prompt / profile.idle_ttft_s(mean_prompt)
     ctx = float(np.mean(prompt + output / 2.0))
-    per_seq_ms = profile.alpha_ms_per_seq + profile.beta_ms_per_1k_ctx * ctx / 1000.0
-    by_itl = (slo_itl_s * 1000.0 - profile.t0_ms) / per_seq_ms
-    by_kv = kv_usage_target * profile.kv_capacity_tokens / max(ctx, 1.0)
-    running = max(1.0, min(by_itl, by_kv, float(profile.max_num_seqs)) * decode_utilisation)
+    per_seq_ms = dprof.alpha_ms_per_seq + dprof.beta_ms_per_1k_ctx * ctx / 1000.0
+    by_itl = (slo_itl_s * 1000.0 - dprof.t0_ms) / per_seq_ms
+    by_kv = kv_usage_target * dprof.kv_capacity_tokens / max(ctx, 1.0)
+    running = max(1.0, min(by_itl, by_kv, float(dprof.max_num_seqs)) * decode_utilisation)
     return RoleTargets(
         prompt_tokens_per_s_per_prefill=prefill_tps * prefill_utilisation,
         running_per_decode=running,
@@ -159,8 +165,9 @@ def role_targets(
 
 @dataclass(frozen=True, slots=True)
 class DisaggConfig:
-    cluster: ClusterConfig  # both pools: same profile, cold starts, price
+    cluster: ClusterConfig  # the prefill pool, and the decode pool unless decode_cluster
     targets: RoleTargets
+    decode_cluster: ClusterConfig | None = None  # the decode pool's GPU type, price
     transfer: KvTransfer = field(default_factory=KvTransfer)
     behavior: Behavior = field(default_factory=lambda: _ours_behavior())
     poll_interval_s: float = 1.0
@@ -175,6 +182,10 @@ class DisaggConfig:
             )
         if not self.window_s >= TICK_S:
             raise ConfigError(f"disagg.window_s: value {self.window_s} must be >= {TICK_S}")
+
+    @property
+    def decode_pool(self) -> ClusterConfig:
+        return self.cluster if self.decode_cluster is None else self.decode_cluster
 
 
 def _ours_behavior() -> Behavior:
@@ -227,6 +238,8 @@ class DisaggResult:
     itl_samples: list[tuple[float, int]]
     gpu_hours_prefill: float
     gpu_hours_decode: float
+    dollars_prefill: float
+    dollars_decode: float
     dropped: int
     preemptions: int
     max_prefill: int
@@ -240,6 +253,10 @@ class DisaggResult:
     def gpu_hours(self) -> float:
         return self.gpu_hours_prefill + self.gpu_hours_decode
 
+    @property
+    def gpu_dollars(self) -> float:
+        return self.dollars_prefill + self.dollars_decode
+
     def summary(self) -> dict[str, Any]:
         admitted = ~self.rejected
         n_adm = int(admitted.sum())
@@ -248,6 +265,7 @@ class DisaggResult:
             "gpu_hours": round(self.gpu_hours, 4),
             "gpu_hours_prefill": round(self.gpu_hours_prefill, 4),
             "gpu_hours_decode": round(self.gpu_hours_decode, 4),
+            "gpu_dollars": round(self.gpu_dollars, 3),
             "requests": len(self.ttft_s),
             "rejected": len(self.ttft_s) - n_adm,
             "ttft_attainment": round(met / n_adm, 5) if n_adm else None,
@@ -328,7 +346,7 @@ def simulate_disagg(
     if initial[0] < 0 or initial[1] < 0:
         raise ConfigError(f"disagg.initial: value {initial} must be (prefill, decode) >= 0")
     rngs = np.random.default_rng(seed).spawn(2)
-    pools = (Cluster(cfg.cluster, rngs[0]), Cluster(cfg.cluster, rngs[1]))
+    pools = (Cluster(cfg.cluster, rngs[0]), Cluster(cfg.decode_pool, rngs[1]))
     hists = (MetricsHistory(), MetricsHistory())
     totals = (_Totals(), _Totals())
     pc, dc = pools
@@ -344,6 +362,8 @@ def simulate_disagg(
     ttft = np.full(n, np.inf)
     done = np.zeros(n, dtype=bool)
     rejected, _infeasible = admission(trace, cfg.cluster.profile, slo_ttft_s)
+    if cfg.decode_cluster is not None:  # the decode side must hold the whole context too
+        rejected = rejected | admission(trace, cfg.decode_cluster.profile, slo_ttft_s)[0]
     rejected_l = rejected.tolist()
     dropped_ids: set[int] = set()
     handoffs: list[tuple[float, int]] = []  # (time the KV is on the decode side, rid)
@@ -452,7 +472,7 @@ def simulate_disagg(
                 break
         while dq:  # older handoffs first
             h, rid = dq[0]
-            if now - h > cfg.cluster.router_timeout_s:
+            if now - h > cfg.decode_pool.router_timeout_s:
                 dropped_ids.add(dq.popleft()[1])
             elif route_decode(rid, now):
                 dq.popleft()
@@ -514,6 +534,8 @@ def simulate_disagg(
         itl_samples=totals[0].itl_samples + totals[1].itl_samples,
         gpu_hours_prefill=pc.gpu_hours(now),
         gpu_hours_decode=dc.gpu_hours(now),
+        dollars_prefill=pc.gpu_hours(now) * cfg.cluster.price_per_gpu_hour,
+        dollars_decode=dc.gpu_hours(now) * cfg.decode_pool.price_per_gpu_hour,
         dropped=dropped,
         preemptions=pc.counters.preemptions + dc.counters.preemptions,
         max_prefill=max_rep[0],

@@ -1,8 +1,8 @@
 """Smoke run of benchmarks/bench_pd.py on a few minutes of one trace.
 
 Asserts the table's bookkeeping (aggregated is the 1.00x reference, every disaggregated
-row splits its GPU-hours into the two pools, the fixed fleets meet their goals), never the
-measured numbers: those are the benchmark's, run in full.
+row splits its GPU-hours into the two pools and prices them, the fixed fleets meet their
+goals), never the measured numbers: those are the benchmark's, run in full.
 """
 
 from __future__ import annotations
@@ -31,8 +31,11 @@ def test_tiny_run_writes_a_consistent_table(tmp_path: Path) -> None:
             r["gpu_hours_prefill"] + r["gpu_hours_decode"], abs=2e-4
         )
         assert r["ratio_to_aggregated"] == pytest.approx(
-            r["gpu_hours"] / rows[0]["gpu_hours"], abs=1e-3
+            r["gpu_dollars"] / rows[0]["gpu_dollars"], abs=1e-3
         )
+        # $4 per GPU-hour; a slice's hours already count a third of a GPU
+        assert r["gpu_dollars"] == pytest.approx(4.0 * r["gpu_hours"], abs=2e-3)
+    assert any("MIG" in r["deployment"] for r in rows)  # code's 8k contexts fit a slice
     fleets = res["fixed_fleets"]
     assert fleets["aggregated"]["ttft"] >= fleets["ttft_goal"]
     assert fleets["disagg"]["ttft"] >= fleets["ttft_goal"]

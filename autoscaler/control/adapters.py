@@ -258,7 +258,13 @@ class KubeCluster:
             sleeping_replicas=snap.sleeping if synced else 0,
             replicas=replicas if synced else (),
             unschedulable_replicas=snap.unschedulable if synced else 0,
-            free_slots=None if capacity is None else max(0, capacity - snap.placed),
+            # what the capacity book can still place, less this workload's own pods not
+            # bound yet (they take slots as soon as the scheduler binds them)
+            free_slots=(
+                None
+                if capacity is None
+                else max(0, capacity - max(info.spec_replicas, snap.placed))
+            ),
         )
 
     async def scale(self, spec: TargetSpec, replicas: int, resource_version: str) -> None:

@@ -339,7 +339,6 @@ def plan_replicas(
     unit = [replace(v, capacity_per_replica=1.0, max_model_len=None) for v in variants]
     result = split(unit, states, (LengthDemand(1, float(desired_replicas)),))
     by_cost = sorted(unit, key=lambda v: (v.cost_per_replica_hour, v.name))
-    grown = {v.name for v in unit if result.replicas[v.name] > states[v.name].replicas}
     blocked: dict[str, str] = dict(result.blocked)
     changes: list[VariantChange] = []
     for v in unit:
@@ -349,15 +348,13 @@ def plan_replicas(
         cost = f"{v.cost_per_replica_hour:g}/replica-hour"
         if after > before and before < v.min_replicas and after <= v.min_replicas:
             reason, message = "min-replicas", f"raised to minReplicas {v.min_replicas}"
-        elif after < before and v.max_replicas is not None and before > v.max_replicas:
+        elif after < before and v.max_replicas is not None and after == v.max_replicas:
             reason, message = "max-replicas", f"lowered to maxReplicas {v.max_replicas}"
         elif after > before:
             skipped = []
             for cheaper in by_cost:
                 if cheaper.name == v.name:
                     break
-                if cheaper.name in grown:
-                    continue
                 added = result.replicas[cheaper.name] - states[cheaper.name].replicas
                 why = _can_place(cheaper, states[cheaper.name], max(0, added))
                 if why is not None:

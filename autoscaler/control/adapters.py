@@ -173,9 +173,13 @@ class KubeCluster:
             self.forget(gone)  # a variant removed from the spec
         self._variant_refs[spec.ref] = refs
         views = [await self._observe_one(sub) for sub in subs]
+        # Pods the scheduler cannot place are neither serving nor starting: the model's
+        # replicas (what the policy core scales) leave them out; the split keeps them on top.
+        stuck = [min(w.unschedulable_replicas, w.spec_replicas) for w in views]
         caps: list[int | None] = []
-        for v, w in zip(spec.variants, views, strict=True):
-            bounds = [b for b in (w.capacity_max_replicas, v.max_replicas) if b is not None]
+        for v, w, n in zip(spec.variants, views, stuck, strict=True):
+            room = None if v.max_replicas is None else max(0, v.max_replicas - n)
+            bounds = [b for b in (w.capacity_max_replicas, room) if b is not None]
             caps.append(min(bounds) if bounds else None)
         conflicts = [
             f"{v.name}: {w.owner_conflict}"
@@ -183,9 +187,9 @@ class KubeCluster:
             if w.owner_conflict
         ]
         return TargetView(
-            spec_replicas=sum(w.spec_replicas for w in views),
+            spec_replicas=sum(w.spec_replicas for w in views) - sum(stuck),
             ready_replicas=sum(w.ready_replicas for w in views),
-            pending_replicas=sum(w.pending_replicas for w in views),
+            pending_replicas=max(0, sum(w.pending_replicas for w in views) - sum(stuck)),
             pods=tuple(p for w in views for p in w.pods),
             capacity_max_replicas=(
                 None if any(c is None for c in caps) else sum(c for c in caps if c is not None)
@@ -205,7 +209,7 @@ class KubeCluster:
                 )
                 for v, w in zip(spec.variants, views, strict=True)
             ),
-            unschedulable_replicas=sum(w.unschedulable_replicas for w in views),
+            unschedulable_replicas=sum(stuck),
         )
 
     async def _observe_one(self, spec: TargetSpec) -> TargetView:

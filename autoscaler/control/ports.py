@@ -61,7 +61,8 @@ class TargetView:
     sleeping_replicas: int = 0
     replicas: tuple[Replica, ...] = ()
     # A target with variants: the fields above are the sums over its variants (the model's
-    # pods, one decision), these the per-variant parts the split works from.
+    # pods, one decision; spec/pending replicas without the unschedulable pods, which are
+    # neither serving nor starting), these the per-variant parts the split works from.
     variants: tuple[VariantView, ...] = ()
     unschedulable_replicas: int = 0  # see VariantView
     free_slots: int | None = None  # see VariantView

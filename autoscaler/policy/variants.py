@@ -311,7 +311,7 @@ class VariantPlan:
     """The controller's split of one decision over the variants, at ``t``."""
 
     t: float
-    desired_replicas: int  # the decision's total
+    desired_replicas: int  # the decision's total (replicas that can run)
     replicas: Mapping[str, int]  # per variant, what to write
     changes: tuple[VariantChange, ...]  # the variants whose replicas move (write these)
     unplaced_replicas: int  # of the total, what no variant could place now
@@ -329,6 +329,11 @@ def plan_replicas(
     replica: every variant's replica counts as one of the decision's, so the order is the
     cost per replica-hour).
 
+    ``states[v].pending`` are pods the scheduler cannot place: ``desired_replicas``
+    counts replicas that can run, so those pods come on top (kept in their variant, which
+    is skipped for growth; when a Deployment shrinks, Kubernetes removes its unscheduled
+    pods first).
+
     Growth goes one replica at a time to the cheapest variant that can place a pod (not
     at its max, no unschedulable pod, a free slot in the capacity book); removal takes
     from the most expensive variant first; each variant stays within its min/max, and
@@ -337,7 +342,9 @@ def plan_replicas(
     if desired_replicas < 0:
         raise ConfigError(f"desired_replicas: value {desired_replicas} must be >= 0")
     unit = [replace(v, capacity_per_replica=1.0, max_model_len=None) for v in variants]
-    result = split(unit, states, (LengthDemand(1, float(desired_replicas)),))
+    stuck = sum(states[v.name].pending for v in unit if v.name in states)
+    total = float(desired_replicas + stuck)
+    result = split(unit, states, (LengthDemand(1, total),))
     by_cost = sorted(unit, key=lambda v: (v.cost_per_replica_hour, v.name))
     blocked: dict[str, str] = dict(result.blocked)
     changes: list[VariantChange] = []

@@ -295,7 +295,8 @@ def test_plan_grows_the_cheaper_variant_until_its_slots_run_out_then_the_other()
 def test_plan_skips_a_variant_with_unschedulable_pods_for_scale_up() -> None:
     states = {"mig": VariantState(1, pending=1), "h100": VariantState(1)}
     plan = plan_replicas([MIG, FULL], states, 3, now=0.0)
-    assert plan.replicas == {"mig": 1, "h100": 2}
+    # three replicas that can run: all on the H100s, the stuck slice kept on top
+    assert plan.replicas == {"mig": 1, "h100": 3}
     (change,) = plan.changes
     assert change.name == "h100" and "mig (1 pod(s) Pending)" in change.message
     assert plan.blocked == {"mig": "1 pod(s) Pending"}

@@ -547,13 +547,20 @@ def parse_variants(raw: Any, where: str, problems: list[str]) -> tuple[VariantSp
 
 
 def variant_target(spec: TargetSpec, variant: VariantSpec) -> TargetSpec:
-    """The target as one of its variants: that Deployment, its own pod selector, no
-    variants, and a ref of its own (``<name>/<variant>``) so what adapters keep per ref
-    (the pod view, the last write, the scale read) is kept per Deployment."""
+    """The target as one of its variants: that Deployment, its own pod selector, the GPU
+    resource its own pod template requests (``capacity.gpuResource`` names one resource,
+    the variants request several), no variants, and a ref of its own
+    (``<name>/<variant>``) so what adapters keep per ref (the pod view, the last write,
+    the scale read) is kept per Deployment."""
+    policy = spec.policy
+    if policy.capacity.gpu_resource is not None:
+        capacity = policy.capacity.model_copy(update={"gpu_resource": None})
+        policy = policy.model_copy(update={"capacity": capacity})
     return replace(
         spec,
         ref=TargetRef(spec.ref.namespace, f"{spec.ref.name}/{variant.name}"),
         scale_target_ref=variant.scale_target_ref,
         selector=None,
         variants=(),
+        policy=policy,
     )

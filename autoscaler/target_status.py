@@ -67,12 +67,13 @@ def status_body(
     previous: Mapping[str, Any] | None = None,
     observed_generation: int | None = None,
     policy: PolicyStatus | None = None,
-    variants: Sequence[VariantStatus] = (),
+    variants: Sequence[VariantStatus] | None = (),
 ) -> dict[str, Any]:
     """The ``status`` block; a condition keeps its lastTransitionTime while unchanged.
     ``policy``: ``profile`` (the profile applied, ``recommended`` when the spec names
     none) and ``policyHash`` (`autoscaler.policy.document.document_hash`). ``variants``:
-    ``status.variants[]`` and ``status.variantSummary`` (``h100=2,mig=3``)."""
+    ``status.variants[]`` and ``status.variantSummary`` (``h100=2,mig=3``); None removes
+    both (a spec that no longer has variants)."""
     before = {c.get("type"): c for c in (previous or {}).get("conditions") or []}
     conds = []
     for c in conditions:
@@ -111,6 +112,9 @@ def status_body(
     if variants:  # a target with variants (docs/policy.md "Variants")
         status["variants"] = [v.to_dict() for v in variants]
         status["variantSummary"] = variant_summary(variants)
+    elif variants is None:  # variants removed from the spec: null deletes (merge patch)
+        status["variants"] = None
+        status["variantSummary"] = None
     if observed_generation is not None:
         status["observedGeneration"] = observed_generation
     if policy is not None:

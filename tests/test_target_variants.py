@@ -169,3 +169,30 @@ def test_a_variant_target_is_its_deployment_with_its_own_selector_and_gpu_resour
     assert mig.policy.capacity.gpu_resource is None
     assert spec.policy.capacity.gpu_resource == "nvidia.com/gpu"  # the target unchanged
     assert mig.policy.metrics == spec.policy.metrics
+
+
+def test_the_status_carries_per_variant_rows_and_a_summary_and_drops_them_when_removed() -> None:
+    from autoscaler.domain import Decision, Reason
+    from autoscaler.target_status import VariantStatus, status_body
+
+    decision = Decision(1.0, 4, 5, Reason.SCALE_UP, "scale up 4 -> 5", True)
+    rows = (
+        VariantStatus("h100", 1, 2, 1, 0, 0, 4.0, free_slots=3),
+        VariantStatus("mig", 3, 3, 3, 0, 0, 1.33, free_slots=0, blocked="no free slot"),
+    )
+    status = status_body(decision, now_rfc3339="t", variants=rows)
+    assert status["variantSummary"] == "h100=2,mig=3"
+    assert status["variants"][1] == {
+        "name": "mig",
+        "replicas": 3,
+        "desiredReplicas": 3,
+        "readyReplicas": 3,
+        "pendingReplicas": 0,
+        "unschedulableReplicas": 0,
+        "cost": 1.33,
+        "freeSlots": 0,
+        "blocked": "no free slot",
+    }
+    assert "variants" not in status_body(decision, now_rfc3339="t")  # a plain target
+    cleared = status_body(decision, now_rfc3339="t", variants=None)
+    assert cleared["variants"] is None and cleared["variantSummary"] is None  # merge: delete

@@ -52,7 +52,7 @@ class StatusWriterPort(Protocol):
         conditions: Sequence[Condition] = (),
         observed_generation: int | None = None,
         policy: PolicyStatus | None = None,
-        variants: Sequence[VariantStatus] = (),
+        variants: Sequence[VariantStatus] | None = (),
     ) -> None: ...
 
     def generation_of(self, ref: TargetRef) -> int | None:
@@ -301,7 +301,9 @@ class KubeCluster:
         policy = self._policy_of(spec)
         generation = self.status.generation_of(spec.ref)
         metrics = self._metrics.get(spec.ref)
-        variants = self._variant_rows.get(spec.ref, ()) if spec.variants else ()
+        variants: tuple[VariantStatus, ...] | None = self._variant_rows.get(spec.ref, ())
+        if not spec.variants and spec.ref in self._variant_rows:
+            variants = None  # removed from the spec: the status rows go too (once)
         key = (
             variants,
             decision.current_replicas,
@@ -333,11 +335,13 @@ class KubeCluster:
                 conditions=conditions,
                 observed_generation=generation,
                 policy=policy,
-                **({"variants": variants} if variants else {}),
+                **({"variants": variants} if variants != () else {}),
             )
         except AutoscalerError as err:
             log.warning("status write failed", target=str(spec.ref), error=str(err))
             return
+        if variants is None:
+            del self._variant_rows[spec.ref]
         self._status_sent[spec.ref] = (key, now)
 
     async def record_variants(

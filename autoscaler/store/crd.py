@@ -472,7 +472,7 @@ class CrdPolicyStore:
         conditions: Sequence[Condition] = (),
         observed_generation: int | None = None,
         policy: PolicyStatus | None = None,
-        variants: Sequence[VariantStatus] = (),
+        variants: Sequence[VariantStatus] | None = (),
     ) -> None:
         """Merge-patch the status subresource with the last decision, conditions, the
         per-variant counts of a target with variants and the policy in use

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, cast, get_args
 
 from autoscaler.domain import TargetRef
@@ -55,9 +55,9 @@ class ScaleTargetRef:
 
 @dataclass(frozen=True, slots=True)
 class VariantSpec:
-    """One Deployment of the target's model (a GPU type, a MIG slice ...): the greedy
-    split (policy/variants.py) sizes it. Spec and validation only so far: the controller
-    still scales ``scaleTargetRef`` alone."""
+    """One Deployment of the target's model (a GPU type, a MIG slice ...). The controller
+    decides the model's replicas once from all variants' pods and splits them over the
+    variants (`autoscaler.policy.variants.plan_replicas`, docs/policy.md "Variants")."""
 
     name: str
     scale_target_ref: ScaleTargetRef
@@ -544,3 +544,23 @@ def parse_variants(raw: Any, where: str, problems: list[str]) -> tuple[VariantSp
                 )
             )
     return tuple(out)
+
+
+def variant_target(spec: TargetSpec, variant: VariantSpec) -> TargetSpec:
+    """The target as one of its variants: that Deployment, its own pod selector, the GPU
+    resource its own pod template requests (``capacity.gpuResource`` names one resource,
+    the variants request several), no variants, and a ref of its own
+    (``<name>/<variant>``) so what adapters keep per ref (the pod view, the last write,
+    the scale read) is kept per Deployment."""
+    policy = spec.policy
+    if policy.capacity.gpu_resource is not None:
+        capacity = policy.capacity.model_copy(update={"gpu_resource": None})
+        policy = policy.model_copy(update={"capacity": capacity})
+    return replace(
+        spec,
+        ref=TargetRef(spec.ref.namespace, f"{spec.ref.name}/{variant.name}"),
+        scale_target_ref=variant.scale_target_ref,
+        selector=None,
+        variants=(),
+        policy=policy,
+    )

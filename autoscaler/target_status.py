@@ -19,6 +19,46 @@ class Condition:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class VariantStatus:
+    """One variant of a target with ``variants``: ``status.variants[]`` (and the REST
+    target's status). ``replicas``: the Deployment's replicas when observed;
+    ``desiredReplicas``: the split's count for it; ``pendingReplicas``: created, not Ready;
+    ``unschedulableReplicas``: of those, what no node can take now; ``blocked``: why it
+    could not grow when growth was wanted."""
+
+    name: str
+    replicas: int
+    desired_replicas: int
+    ready_replicas: int
+    pending_replicas: int
+    unschedulable_replicas: int
+    cost: float
+    free_slots: int | None = None
+    blocked: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "replicas": self.replicas,
+            "desiredReplicas": self.desired_replicas,
+            "readyReplicas": self.ready_replicas,
+            "pendingReplicas": self.pending_replicas,
+            "unschedulableReplicas": self.unschedulable_replicas,
+            "cost": self.cost,
+        }
+        if self.free_slots is not None:
+            doc["freeSlots"] = self.free_slots
+        if self.blocked is not None:
+            doc["blocked"] = self.blocked
+        return doc
+
+
+def variant_summary(variants: Sequence[VariantStatus]) -> str:
+    """``h100=2,mig=3``: desired replicas per variant (the ``Variants`` column)."""
+    return ",".join(f"{v.name}={v.desired_replicas}" for v in variants)
+
+
 def status_body(
     decision: Decision | None,
     *,
@@ -27,10 +67,13 @@ def status_body(
     previous: Mapping[str, Any] | None = None,
     observed_generation: int | None = None,
     policy: PolicyStatus | None = None,
+    variants: Sequence[VariantStatus] | None = (),
 ) -> dict[str, Any]:
     """The ``status`` block; a condition keeps its lastTransitionTime while unchanged.
     ``policy``: ``profile`` (the profile applied, ``recommended`` when the spec names
-    none) and ``policyHash`` (`autoscaler.policy.document.document_hash`)."""
+    none) and ``policyHash`` (`autoscaler.policy.document.document_hash`). ``variants``:
+    ``status.variants[]`` and ``status.variantSummary`` (``h100=2,mig=3``); None removes
+    both (a spec that no longer has variants)."""
     before = {c.get("type"): c for c in (previous or {}).get("conditions") or []}
     conds = []
     for c in conditions:
@@ -66,6 +109,12 @@ def status_body(
         if sleeping is not None:  # a target with sleepers (docs/policy.md#sleepers)
             status["sleepingReplicas"] = int(sleeping)
             status["awakeReplicas"] = int(decision.numbers.get("sleepers.awake", 0))
+    if variants:  # a target with variants (docs/policy.md "Variants")
+        status["variants"] = [v.to_dict() for v in variants]
+        status["variantSummary"] = variant_summary(variants)
+    elif variants is None:  # variants removed from the spec: null deletes (merge patch)
+        status["variants"] = None
+        status["variantSummary"] = None
     if observed_generation is not None:
         status["observedGeneration"] = observed_generation
     if policy is not None:

@@ -333,6 +333,34 @@ def _status_schema() -> dict[str, Any]:
                 "type": "integer",
                 "minimum": 0,
             },
+            "variants": {
+                "description": (
+                    "A target with spec.variants: per variant, the Deployment's replicas, "
+                    "what the split wants (desiredReplicas), ready, pending (not Ready) and "
+                    "unschedulable pods, its relative cost, free slots in the capacity book "
+                    "and why it could not grow (docs/policy.md, Variants)."
+                ),
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "replicas": {"type": "integer", "minimum": 0},
+                        "desiredReplicas": {"type": "integer", "minimum": 0},
+                        "readyReplicas": {"type": "integer", "minimum": 0},
+                        "pendingReplicas": {"type": "integer", "minimum": 0},
+                        "unschedulableReplicas": {"type": "integer", "minimum": 0},
+                        "cost": {"type": "number"},
+                        "freeSlots": {"type": "integer", "minimum": 0},
+                        "blocked": {"type": "string"},
+                    },
+                },
+            },
+            "variantSummary": {
+                "description": "Desired replicas per variant, e.g. h100=2,mig=3.",
+                "type": "string",
+            },
             "profile": {
                 "description": (
                     "The profile the controller applies (docs/policy.md#workload-classes-"
@@ -457,6 +485,7 @@ def build_crd() -> dict[str, Any]:
                         _column("Current", "integer", ".status.currentReplicas"),
                         _column("Desired", "integer", ".status.desiredReplicas"),
                         _column("Held", "integer", ".status.held"),
+                        _column("Variants", "string", ".status.variantSummary"),
                         _column("Mode", "string", ".spec.mode"),
                         _column("Ready", "string", _condition("Ready")),
                         _column("Active", "string", _condition("Active")),

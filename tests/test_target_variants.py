@@ -1,5 +1,6 @@
 """The ``variants`` list of a target (issue 37): both encodings, the CRD, and errors that
-name the field, the value and the rule. Spec and validation only: nothing acts on it yet."""
+name the field, the value and the rule; and a target seen as one of its variants (what
+the controller observes and scales per Deployment)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from autoscaler.target import (
     spec_to_object,
     target_spec_from_dict,
     target_spec_to_dict,
+    variant_target,
 )
 from tests.deploy.manifests import DEPLOY, crd_validator, load_docs
 
@@ -149,3 +151,48 @@ def test_the_crd_refuses_what_the_codec_refuses_on_one_field() -> None:
     missing = copy.deepcopy(obj)
     del missing["spec"]["variants"][0]["costPerReplicaHour"]
     assert list(v.iter_errors(missing))
+
+
+def test_a_variant_target_is_its_deployment_with_its_own_selector_and_gpu_resource() -> None:
+    doc = {
+        "scaleTargetRef": {"kind": "Deployment", "name": "vllm-llama3-8b"},
+        "selector": {"app": "llama"},
+        "policy": {"capacity": {"gpuResource": "nvidia.com/gpu"}},
+        "variants": VARIANTS,
+    }
+    spec = target_spec_from_dict(doc, ref=REF)
+    mig = variant_target(spec, spec.variants[1])
+    assert mig.ref == TargetRef("llm", "chat/mig-2g20gb")  # kept apart per Deployment
+    assert mig.scale_target_ref.name == "vllm-llama3-8b-mig"
+    assert mig.selector is None and mig.variants == ()
+    # the MIG Deployment requests nvidia.com/mig-2g.20gb: its own template decides
+    assert mig.policy.capacity.gpu_resource is None
+    assert spec.policy.capacity.gpu_resource == "nvidia.com/gpu"  # the target unchanged
+    assert mig.policy.metrics == spec.policy.metrics
+
+
+def test_the_status_carries_per_variant_rows_and_a_summary_and_drops_them_when_removed() -> None:
+    from autoscaler.domain import Decision, Reason
+    from autoscaler.target_status import VariantStatus, status_body
+
+    decision = Decision(1.0, 4, 5, Reason.SCALE_UP, "scale up 4 -> 5", True)
+    rows = (
+        VariantStatus("h100", 1, 2, 1, 0, 0, 4.0, free_slots=3),
+        VariantStatus("mig", 3, 3, 3, 0, 0, 1.33, free_slots=0, blocked="no free slot"),
+    )
+    status = status_body(decision, now_rfc3339="t", variants=rows)
+    assert status["variantSummary"] == "h100=2,mig=3"
+    assert status["variants"][1] == {
+        "name": "mig",
+        "replicas": 3,
+        "desiredReplicas": 3,
+        "readyReplicas": 3,
+        "pendingReplicas": 0,
+        "unschedulableReplicas": 0,
+        "cost": 1.33,
+        "freeSlots": 0,
+        "blocked": "no free slot",
+    }
+    assert "variants" not in status_body(decision, now_rfc3339="t")  # a plain target
+    cleared = status_body(decision, now_rfc3339="t", variants=None)
+    assert cleared["variants"] is None and cleared["variantSummary"] is None  # merge: delete

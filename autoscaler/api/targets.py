@@ -68,6 +68,8 @@ def _status_doc(state: ControllerState, ref: TargetRef) -> dict[str, Any] | None
         "warmPoolReplicas": st.warm_pool_replicas,
         "condition": st.condition,
         "observations": len(st.observations),
+        # a target with variants (docs/policy.md "Variants"): per variant counts
+        **({"variants": [v.to_dict() for v in st.variants]} if st.variants else {}),
     }
 
 

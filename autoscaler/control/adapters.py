@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from autoscaler.control.clock import Clock, MonotonicClock
-from autoscaler.control.ports import Replica, TargetView
+from autoscaler.control.ports import Replica, TargetView, VariantView
 from autoscaler.domain import Decision, Forecast, Reason, TargetRef
 from autoscaler.errors import AutoscalerError, PermanentError
 from autoscaler.forecast.planner import Planner, PlannerConfig
@@ -24,8 +24,9 @@ from autoscaler.policy.status import (
     fallback_fields,
     paused_fields,
 )
-from autoscaler.target import TargetSpec
-from autoscaler.target_status import Condition, overrides_condition
+from autoscaler.policy.variants import VariantChange
+from autoscaler.target import TargetSpec, variant_target
+from autoscaler.target_status import Condition, VariantStatus, overrides_condition
 
 log = get_logger(__name__)
 
@@ -51,6 +52,7 @@ class StatusWriterPort(Protocol):
         conditions: Sequence[Condition] = (),
         observed_generation: int | None = None,
         policy: PolicyStatus | None = None,
+        variants: Sequence[VariantStatus] | None = (),
     ) -> None: ...
 
     def generation_of(self, ref: TargetRef) -> int | None:
@@ -107,6 +109,9 @@ class KubeCluster:
         self._view_of: dict[TargetRef, tuple[str, str, int, str]] = {}
         self._metrics: dict[TargetRef, MetricsAvailability] = {}
         self._blind_events = EventLimiter(blind_event_every_s)
+        # targets with variants: the per-variant refs observed, and the last status rows
+        self._variant_refs: dict[TargetRef, frozenset[TargetRef]] = {}
+        self._variant_rows: dict[TargetRef, tuple[VariantStatus, ...]] = {}
 
     async def _owners_in(self, namespace: str) -> Mapping[tuple[str, str], str]:
         """``{(kind, name): who}`` for ``namespace``: one list per namespace per period,
@@ -153,6 +158,61 @@ class KubeCluster:
         return work.scale
 
     async def observe(self, spec: TargetSpec) -> TargetView:
+        if spec.variants:
+            return await self._observe_variants(spec)
+        return await self._observe_one(spec)
+
+    async def _observe_variants(self, spec: TargetSpec) -> TargetView:
+        """One target over several Deployments: each variant observed as a target of its
+        own (`variant_target`: its Deployment, its selector, its capacity), the model's
+        view the sums (its pods are every variant's pods: one decision), the parts kept
+        in ``variants`` for the split."""
+        subs = [variant_target(spec, v) for v in spec.variants]
+        refs = frozenset(sub.ref for sub in subs)
+        for gone in self._variant_refs.get(spec.ref, frozenset()) - refs:
+            self.forget(gone)  # a variant removed from the spec
+        self._variant_refs[spec.ref] = refs
+        views = [await self._observe_one(sub) for sub in subs]
+        # Pods the scheduler cannot place are neither serving nor starting: the model's
+        # replicas (what the policy core scales) leave them out; the split keeps them on top.
+        stuck = [min(w.unschedulable_replicas, w.spec_replicas) for w in views]
+        caps: list[int | None] = []
+        for v, w, n in zip(spec.variants, views, stuck, strict=True):
+            room = None if v.max_replicas is None else max(0, v.max_replicas - n)
+            bounds = [b for b in (w.capacity_max_replicas, room) if b is not None]
+            caps.append(min(bounds) if bounds else None)
+        conflicts = [
+            f"{v.name}: {w.owner_conflict}"
+            for v, w in zip(spec.variants, views, strict=True)
+            if w.owner_conflict
+        ]
+        return TargetView(
+            spec_replicas=sum(w.spec_replicas for w in views) - sum(stuck),
+            ready_replicas=sum(w.ready_replicas for w in views),
+            pending_replicas=max(0, sum(w.pending_replicas for w in views) - sum(stuck)),
+            pods=tuple(p for w in views for p in w.pods),
+            capacity_max_replicas=(
+                None if any(c is None for c in caps) else sum(c for c in caps if c is not None)
+            ),
+            cold_start_samples_s=tuple(t for w in views for t in w.cold_start_samples_s),
+            cold_start_total=sum(w.cold_start_total or len(w.cold_start_samples_s) for w in views),
+            owner_conflict="; ".join(conflicts) or None,
+            variants=tuple(
+                VariantView(
+                    name=v.name,
+                    spec_replicas=w.spec_replicas,
+                    ready_replicas=w.ready_replicas,
+                    pending_replicas=w.pending_replicas,
+                    unschedulable_replicas=w.unschedulable_replicas,
+                    free_slots=w.free_slots,
+                    resource_version=w.resource_version,
+                )
+                for v, w in zip(spec.variants, views, strict=True)
+            ),
+            unschedulable_replicas=sum(stuck),
+        )
+
+    async def _observe_one(self, spec: TargetSpec) -> TargetView:
         self.cache.start()
         target = spec.scale_target_ref
         work = self.cache.workload(target.kind, spec.ref.namespace, target.name)
@@ -201,6 +261,14 @@ class KubeCluster:
             owner_conflict=await self._owner_conflict(spec),
             sleeping_replicas=snap.sleeping if synced else 0,
             replicas=replicas if synced else (),
+            unschedulable_replicas=snap.unschedulable if synced else 0,
+            # what the capacity book can still place, less this workload's own pods not
+            # bound yet (they take slots as soon as the scheduler binds them)
+            free_slots=(
+                None
+                if capacity is None
+                else max(0, capacity - max(info.spec_replicas, snap.placed))
+            ),
         )
 
     async def scale(self, spec: TargetSpec, replicas: int, resource_version: str) -> None:
@@ -233,7 +301,11 @@ class KubeCluster:
         policy = self._policy_of(spec)
         generation = self.status.generation_of(spec.ref)
         metrics = self._metrics.get(spec.ref)
+        variants: tuple[VariantStatus, ...] | None = self._variant_rows.get(spec.ref, ())
+        if not spec.variants and spec.ref in self._variant_rows:
+            variants = None  # removed from the spec: the status rows go too (once)
         key = (
+            variants,
             decision.current_replicas,
             decision.desired_replicas,
             decision.reason,
@@ -263,11 +335,43 @@ class KubeCluster:
                 conditions=conditions,
                 observed_generation=generation,
                 policy=policy,
+                **({"variants": variants} if variants != () else {}),
             )
         except AutoscalerError as err:
             log.warning("status write failed", target=str(spec.ref), error=str(err))
             return
+        if variants is None:
+            del self._variant_rows[spec.ref]
         self._status_sent[spec.ref] = (key, now)
+
+    async def record_variants(
+        self,
+        spec: TargetSpec,
+        rows: Sequence[VariantStatus],
+        applied: Sequence[VariantChange],
+        total: tuple[int, int],
+    ) -> None:
+        """A target with variants: the per-variant rows for the next status write, and an
+        Event on each variant's Deployment whose replicas were written (``applied``),
+        naming the variant, the move and why (``total``: the model's current -> desired)."""
+        self._variant_rows[spec.ref] = tuple(rows)
+        emit = getattr(self.recorder, "emit", None)
+        if not callable(emit):
+            return
+        by_name = {v.name: v for v in spec.variants}
+        for change in applied:
+            variant = by_name.get(change.name)
+            if variant is None:
+                continue
+            up = change.to_replicas > change.from_replicas
+            await emit(
+                variant_target(spec, variant),
+                "VariantScaledUp" if up else "VariantScaledDown",
+                f"variant {change.name}: {change.from_replicas} -> {change.to_replicas} "
+                f"replicas ({change.reason}: {change.message}); model {total[0]} -> "
+                f"{total[1]} replicas",
+                warning=False,
+            )
 
     async def record_metrics(self, spec: TargetSpec, availability: MetricsAvailability) -> None:
         """This tick's ``MetricsAvailable`` (written with the next status) and, while blind,
@@ -317,6 +421,9 @@ class KubeCluster:
         self._reread.discard(ref)
         self._metrics.pop(ref, None)
         self._blind_events.reset(ref)
+        self._variant_rows.pop(ref, None)
+        for sub in self._variant_refs.pop(ref, frozenset()):
+            self.forget(sub)
 
     async def close(self) -> None:
         for task in list(self._owners_inflight.values()):

@@ -49,13 +49,15 @@ from autoscaler.control.ports import (
     TargetView,
 )
 from autoscaler.control.state import ControllerState, TargetStatus
+from autoscaler.control.variants import plan_for, status_rows
 from autoscaler.domain import Decision, DecisionState, Forecast, Observation, TargetRef
 from autoscaler.errors import ActuationError, AutoscalerError, ConflictError
 from autoscaler.logging import get_logger
 from autoscaler.policy.core import decide, initial_state
 from autoscaler.policy.status import metrics_availability, paused_decision
+from autoscaler.policy.variants import VariantChange, VariantPlan
 from autoscaler.store.base import StoredTarget
-from autoscaler.target import TargetSpec
+from autoscaler.target import TargetSpec, variant_target
 
 log = get_logger(__name__)
 
@@ -423,9 +425,18 @@ class ControlLoop:
             st.condition = None
         applied = False
         frozen = spec.pause is not None  # a paused target's warm pool is left as it is
-        sleeps = self.sleepers is not None and self.sleepers.wants(spec, view)
+        # Variants: the one decision split over the Deployments (docs/policy.md "Variants")
+        plan = plan_for(spec, view, decision.desired_replicas, now) if spec.variants else None
+        written: tuple[VariantChange, ...] = ()
+        sleeps = plan is None and self.sleepers is not None and self.sleepers.wants(spec, view)
         sleeping: int | None = view.sleeping_replicas if sleeps else None
-        if can_write and (decision.changed or (sleeps and not frozen)):
+        if plan is not None:
+            if can_write and (decision.changed or (plan.changes and not frozen)):
+                decision, new_state, obs, view, plan, written = await self._apply_variants(
+                    spec, obs, prev, decision, new_state, view, plan
+                )
+                applied = bool(written)
+        elif can_write and (decision.changed or (sleeps and not frozen)):
             # with sleepers, every tick: a TTL expires with the decision unchanged
             decision, new_state, obs, applied, sleeping = await self._apply(
                 spec, obs, prev, decision, new_state, view, sleeps
@@ -455,9 +466,14 @@ class ControlLoop:
             )
         if holder:
             await self._report_metrics(spec, view, reading)
+        if plan is not None:
+            st.variants = status_rows(spec, view, plan)
         try:  # every tick: the recorder decides what is worth an Event or a status write
+            if holder and plan is not None:
+                await self._record_variants(spec, st, written, decision)
             if holder:
-                await self.cluster.record(spec, decision, applied)
+                # with variants, the Events are per variant Deployment (record_variants)
+                await self.cluster.record(spec, decision, applied and plan is None)
         except AutoscalerError as err:
             log.warning("recording decision failed", target=str(ref), error=str(err))
         before = st.last_decision
@@ -466,6 +482,81 @@ class ControlLoop:
             self.observer.observe_decision(ref, decision)
         self._log_decision(ref, before, decision, applied)
         return decision
+
+    async def _record_variants(
+        self,
+        spec: TargetSpec,
+        st: TargetStatus,
+        written: tuple[VariantChange, ...],
+        decision: Decision,
+    ) -> None:
+        """The per-variant rows and written changes to the cluster port's optional
+        ``record_variants`` (status rows, an Event per variant written)."""
+        report = getattr(self.cluster, "record_variants", None)
+        if callable(report):
+            total = (decision.current_replicas, decision.desired_replicas)
+            await report(spec, st.variants, written, total)
+
+    async def _apply_variants(
+        self,
+        spec: TargetSpec,
+        obs: Observation,
+        prev: DecisionState,
+        decision: Decision,
+        new_state: DecisionState,
+        view: TargetView,
+        plan: VariantPlan,
+    ) -> tuple[
+        Decision, DecisionState, Observation, TargetView, VariantPlan, tuple[VariantChange, ...]
+    ]:
+        """Write the split: each variant whose replicas move (only those), with the
+        resourceVersion read. After a conflict, re-read, RE-DECIDE from the state before
+        this tick and re-split, as `_apply` does for one Deployment."""
+        written: list[VariantChange] = []
+        by_name = {v.name: v for v in spec.variants}
+        for attempt in range(self.max_conflict_retries + 1):
+            versions = {v.name: v.resource_version for v in view.variants}
+            try:
+                for change in plan.changes:
+                    await self.cluster.scale(
+                        variant_target(spec, by_name[change.name]),
+                        change.to_replicas,
+                        versions[change.name],
+                    )
+                    written.append(change)
+                return decision, new_state, obs, view, plan, tuple(written)
+            except ConflictError as err:
+                log.info(
+                    "variant scale conflict, re-deciding",
+                    target=str(spec.ref),
+                    attempt=attempt,
+                    error=str(err),
+                )
+                view = await self._observe(spec)
+                obs = replace(
+                    obs,
+                    current_replicas=view.awake_replicas,
+                    ready_replicas=view.ready_replicas,
+                    pending_replicas=view.pending_replicas,
+                    capacity_max_replicas=view.capacity_max_replicas,
+                )
+                decision, new_state = self._decide(spec, obs, prev, obs.t)
+                plan = plan_for(spec, view, decision.desired_replicas, obs.t)
+                if not plan.changes:
+                    return decision, new_state, obs, view, plan, tuple(written)
+            except ActuationError as err:
+                log.warning(
+                    "variant scale failed; the rest not applied",
+                    target=str(spec.ref),
+                    error=str(err),
+                )
+                if self.observer is not None:
+                    self.observer.observe_scale_failure(spec.ref, "error")
+                return decision, new_state, obs, view, plan, tuple(written)
+        log.warning("giving up after repeated conflicts", target=str(spec.ref))
+        if self.observer is not None:
+            self.observer.observe_scale_failure(spec.ref, "conflict")
+        return decision, new_state, obs, view, plan, tuple(written)
 
     @staticmethod
     def _decide(

@@ -28,6 +28,22 @@ class Replica:
 
 
 @dataclass(frozen=True, slots=True)
+class VariantView:
+    """One variant's Deployment (a target with ``variants``) as the cluster reports it.
+    ``unschedulable``: pods the scheduler cannot place (PodScheduled=False, Unschedulable);
+    ``free_slots``: more pods the capacity book can place for its GPU resource (None: not
+    limited, no GPU requested or capacity not enforced)."""
+
+    name: str
+    spec_replicas: int
+    ready_replicas: int
+    pending_replicas: int = 0  # created, not Ready yet (starting or waiting for a node)
+    unschedulable_replicas: int = 0
+    free_slots: int | None = None
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class TargetView:
     """The scale target as the cluster reports it right now."""
 
@@ -44,6 +60,12 @@ class TargetView:
     # and pods (they serve nothing). ``replicas``: every pod, only while sleepers matter.
     sleeping_replicas: int = 0
     replicas: tuple[Replica, ...] = ()
+    # A target with variants: the fields above are the sums over its variants (the model's
+    # pods, one decision; spec/pending replicas without the unschedulable pods, which are
+    # neither serving nor starting), these the per-variant parts the split works from.
+    variants: tuple[VariantView, ...] = ()
+    unschedulable_replicas: int = 0  # see VariantView
+    free_slots: int | None = None  # see VariantView
 
     @property
     def awake_replicas(self) -> int:

@@ -14,6 +14,7 @@ from autoscaler.control.clock import Clock
 from autoscaler.control.history import DecisionHistory, ObservationRing
 from autoscaler.domain import Decision, Observation, TargetRef
 from autoscaler.target import TargetSpec
+from autoscaler.target_status import VariantStatus
 
 HISTORY_LEN = 500
 OBSERVATIONS_LEN = 600
@@ -34,6 +35,8 @@ class TargetStatus:
     applied_replicas: int | None = None
     warm_pool_replicas: int | None = None
     condition: str | None = None  # e.g. "OwnedByHPA: ..." when we refuse to act
+    # a target with variants: per variant, observed counts and the split's (REST, status)
+    variants: tuple[VariantStatus, ...] = ()
 
     @property
     def active(self) -> bool:

@@ -55,6 +55,9 @@ class PodSnapshot:
     placed: int = 0  # bound to a node and not finished (what GPU capacity counts)
     cold_start_total: int = 0  # samples ever taken (the tuple keeps the newest only)
     sleeping: int = 0  # sleepers not terminating (docs/policy.md#sleepers)
+    # not terminating, not bound, and the scheduler said it cannot place them
+    # (PodScheduled=False, reason Unschedulable): the variant split skips such a variant
+    unschedulable: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,7 @@ class PodRecord:
     pool: bool  # a warm-pool pause pod
     sleeping: bool = False  # labelled names.SLEEPING_LABEL=true
     asleep_since_s: float | None = None
+    unschedulable: bool = False  # PodScheduled=False, reason Unschedulable, not bound
 
     @property
     def placed(self) -> bool:
@@ -93,6 +97,17 @@ def _ready_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
         if c.get("type") == "Ready":
             return c  # type: ignore[no-any-return]
     return None
+
+
+def unschedulable(pod: Mapping[str, Any]) -> bool:
+    """Not bound to a node and the scheduler's verdict is ``Unschedulable`` (no node
+    fits: what a Pending pod waiting for capacity shows)."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return False
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled":
+            return bool(c.get("status") == "False" and c.get("reason") == "Unschedulable")
+    return False
 
 
 def cold_start_s(pod: Mapping[str, Any]) -> float | None:
@@ -172,6 +187,7 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord:
         pool=is_pool_pod(labels),
         sleeping=sleeping,
         asleep_since_s=_since(annotations.get(ASLEEP_SINCE_ANNOTATION)) if sleeping else None,
+        unschedulable=unschedulable(pod) and not terminating,
     )
 
 
@@ -254,6 +270,7 @@ class TargetPods:
             placed=sum(1 for p in self.pods.values() if p.placed),
             cold_start_total=self._samples_total,
             sleeping=sum(1 for i in infos if i.sleeping and not i.terminating),
+            unschedulable=sum(1 for p in self.pods.values() if p.unschedulable),
         )
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoscaler.errors import ConfigError
 
@@ -289,4 +289,96 @@ def split(
         unplaced_demand=gap,
         unservable_demand=unservable,
         blocked=dict(sorted(blocked.items())) if gap > 0 else {},
+    )
+
+
+# ------------------------------------------------------------------ the controller's split
+
+
+@dataclass(frozen=True, slots=True)
+class VariantChange:
+    """One variant's replicas moving, and why (the Event's reason and message)."""
+
+    name: str
+    from_replicas: int
+    to_replicas: int
+    reason: str  # scale-up | scale-down | min-replicas | max-replicas
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class VariantPlan:
+    """The controller's split of one decision over the variants, at ``t``."""
+
+    t: float
+    desired_replicas: int  # the decision's total (replicas that can run)
+    replicas: Mapping[str, int]  # per variant, what to write
+    changes: tuple[VariantChange, ...]  # the variants whose replicas move (write these)
+    unplaced_replicas: int  # of the total, what no variant could place now
+    blocked: Mapping[str, str]  # variant -> why it could not grow (when growth was wanted)
+
+
+def plan_replicas(
+    variants: Sequence[Variant],
+    states: Mapping[str, VariantState],
+    desired_replicas: int,
+    now: float,
+) -> VariantPlan:
+    """Split the model's ``desired_replicas`` (decided once from every variant's pods)
+    over the variants, from their current replicas (`split` with one unit of demand per
+    replica: every variant's replica counts as one of the decision's, so the order is the
+    cost per replica-hour).
+
+    ``states[v].pending`` are pods the scheduler cannot place: ``desired_replicas``
+    counts replicas that can run, so those pods come on top (kept in their variant, which
+    is skipped for growth; when a Deployment shrinks, Kubernetes removes its unscheduled
+    pods first).
+
+    Growth goes one replica at a time to the cheapest variant that can place a pod (not
+    at its max, no unschedulable pod, a free slot in the capacity book); removal takes
+    from the most expensive variant first; each variant stays within its min/max, and
+    a total the variants cannot place is reported (``unplaced_replicas``), never chased.
+    Pure: ``now`` only stamps the plan."""
+    if desired_replicas < 0:
+        raise ConfigError(f"desired_replicas: value {desired_replicas} must be >= 0")
+    unit = [replace(v, capacity_per_replica=1.0, max_model_len=None) for v in variants]
+    stuck = sum(states[v.name].pending for v in unit if v.name in states)
+    total = float(desired_replicas + stuck)
+    result = split(unit, states, (LengthDemand(1, total),))
+    by_cost = sorted(unit, key=lambda v: (v.cost_per_replica_hour, v.name))
+    blocked: dict[str, str] = dict(result.blocked)
+    changes: list[VariantChange] = []
+    for v in unit:
+        before, after = states[v.name].replicas, result.replicas[v.name]
+        if after == before:
+            continue
+        cost = f"{v.cost_per_replica_hour:g}/replica-hour"
+        if after > before and before < v.min_replicas and after <= v.min_replicas:
+            reason, message = "min-replicas", f"raised to minReplicas {v.min_replicas}"
+        elif after < before and v.max_replicas is not None and after == v.max_replicas:
+            reason, message = "max-replicas", f"lowered to maxReplicas {v.max_replicas}"
+        elif after > before:
+            skipped = []
+            for cheaper in by_cost:
+                if cheaper.name == v.name:
+                    break
+                added = result.replicas[cheaper.name] - states[cheaper.name].replicas
+                why = _can_place(cheaper, states[cheaper.name], max(0, added))
+                if why is not None:
+                    skipped.append(f"{cheaper.name} ({why})")
+                    blocked.setdefault(cheaper.name, why)
+            reason = "scale-up"
+            message = f"cheapest variant that can place a pod (cost {cost})"
+            if skipped:
+                message += "; skipped cheaper: " + ", ".join(skipped)
+        else:
+            reason, message = "scale-down", f"most expensive variant first (cost {cost})"
+        changes.append(VariantChange(v.name, before, after, reason, message))
+    return VariantPlan(
+        t=now,
+        desired_replicas=desired_replicas,
+        replicas=dict(result.replicas),
+        changes=tuple(changes),
+        unplaced_replicas=math.ceil(result.unplaced_demand - EPS),
+        blocked=dict(sorted(blocked.items())),
     )

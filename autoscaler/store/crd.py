@@ -44,7 +44,7 @@ from autoscaler.retry import (
 from autoscaler.store.base import AlreadyExists, NotFound, PreconditionFailed, StoredTarget
 from autoscaler.store.errors import ClusterForbidden, ClusterRejected, ClusterUnavailable
 from autoscaler.target import TargetSpec, object_to_spec, spec_to_object
-from autoscaler.target_status import Condition, status_body
+from autoscaler.target_status import Condition, VariantStatus, status_body
 
 log = get_logger(__name__)
 RESOURCE = f"{CRD_PLURAL}.{CRD_GROUP}"
@@ -472,9 +472,11 @@ class CrdPolicyStore:
         conditions: Sequence[Condition] = (),
         observed_generation: int | None = None,
         policy: PolicyStatus | None = None,
+        variants: Sequence[VariantStatus] | None = (),
     ) -> None:
-        """Merge-patch the status subresource with the last decision, conditions and the
-        policy in use (``profile``, ``policyHash``); ``observedGeneration`` defaults to
+        """Merge-patch the status subresource with the last decision, conditions, the
+        per-variant counts of a target with variants and the policy in use
+        (``profile``, ``policyHash``); ``observedGeneration`` defaults to
         the generation of the spec last read. A decision's status supersedes a pending
         "valid again" write of `report_invalid` (whose one condition would replace the
         decision's conditions, ``OverridesProfile`` included, until the next change)."""
@@ -489,6 +491,7 @@ class CrdPolicyStore:
             previous=self._status.get(ref),
             observed_generation=observed_generation,
             policy=policy,
+            variants=variants,
         )
         body = {"status": status}
         try:

@@ -35,7 +35,7 @@ class Status:
 
     async def write_status(
         self, ref: TargetRef, decision: Decision | None, *, conditions: Sequence[Condition] = (),
-        observed_generation: int | None = None, policy: Any = None,
+        observed_generation: int | None = None, policy: Any = None, variants: Any = (),
     ) -> None:  # fmt: skip
         self.writes.append(tuple(conditions))
 

@@ -14,6 +14,7 @@ from autoscaler.policy.variants import (
     Variant,
     VariantState,
     demand_by_length,
+    plan_replicas,
     shortfall,
     split,
 )
@@ -272,3 +273,65 @@ def test_split_is_a_fixed_point(
     if s.replicas == again.replicas:
         return
     assert any(s.replicas[v.name] > states[v.name].replicas for v in variants)
+
+
+# ------------------------------------------------------------ the controller's split
+
+MIG = Variant("mig", cost_per_replica_hour=1.33, capacity_per_replica=1.0)
+FULL = Variant("h100", cost_per_replica_hour=4.0, capacity_per_replica=1.0, min_replicas=1)
+
+
+def test_plan_grows_the_cheaper_variant_until_its_slots_run_out_then_the_other() -> None:
+    states = {"mig": VariantState(0, free_slots=3), "h100": VariantState(1, free_slots=4)}
+    plan = plan_replicas([MIG, FULL], states, 5, now=12.5)
+    assert plan.replicas == {"mig": 3, "h100": 2}
+    assert plan.t == 12.5 and plan.unplaced_replicas == 0
+    by_name = {c.name: c for c in plan.changes}
+    assert (by_name["mig"].from_replicas, by_name["mig"].to_replicas) == (0, 3)
+    assert by_name["h100"].reason == "scale-up"
+    assert "skipped cheaper: mig (no free slot in the capacity book)" in by_name["h100"].message
+
+
+def test_plan_skips_a_variant_with_unschedulable_pods_for_scale_up() -> None:
+    states = {"mig": VariantState(1, pending=1), "h100": VariantState(1)}
+    plan = plan_replicas([MIG, FULL], states, 3, now=0.0)
+    # three replicas that can run: all on the H100s, the stuck slice kept on top
+    assert plan.replicas == {"mig": 1, "h100": 3}
+    (change,) = plan.changes
+    assert change.name == "h100" and "mig (1 pod(s) Pending)" in change.message
+    assert plan.blocked == {"mig": "1 pod(s) Pending"}
+
+
+def test_plan_scales_down_the_most_expensive_variant_first_down_to_its_min() -> None:
+    states = {"mig": VariantState(3), "h100": VariantState(3)}
+    plan = plan_replicas([MIG, FULL], states, 3, now=0.0)
+    assert plan.replicas == {"mig": 2, "h100": 1}  # h100 to its min 1 first, then a slice
+    assert [(c.name, c.reason) for c in plan.changes] == [
+        ("mig", "scale-down"),
+        ("h100", "scale-down"),
+    ]
+
+
+def test_plan_keeps_each_variant_within_its_min_and_max_and_reports_the_rest() -> None:
+    capped = Variant("mig", 1.33, 1.0, max_replicas=2)
+    states = {"mig": VariantState(4), "h100": VariantState(0)}
+    plan = plan_replicas([capped, FULL], states, 3, now=0.0)
+    assert plan.replicas == {"mig": 2, "h100": 1}
+    reasons = {c.name: c.reason for c in plan.changes}
+    assert reasons == {"mig": "max-replicas", "h100": "min-replicas"}
+    plan = plan_replicas([capped, FULL], states, 1, now=0.0)
+    assert plan.replicas == {"mig": 0, "h100": 1}  # the floor of h100 covers the total
+    full = {"mig": VariantState(2), "h100": VariantState(1, free_slots=0)}
+    plan = plan_replicas([capped, FULL], full, 6, now=0.0)
+    assert plan.replicas == {"mig": 2, "h100": 1} and plan.unplaced_replicas == 3
+    assert plan.changes == ()
+
+
+def test_plan_without_change_writes_nothing() -> None:
+    states = {"mig": VariantState(2, free_slots=1), "h100": VariantState(1)}
+    assert plan_replicas([MIG, FULL], states, 3, now=0.0).changes == ()
+
+
+def test_plan_refuses_a_negative_total() -> None:
+    with pytest.raises(ConfigError, match="desired_replicas: value -1 must be >= 0"):
+        plan_replicas([MIG], {"mig": VariantState(0)}, -1, now=0.0)

@@ -62,6 +62,7 @@ class FakeKubelet:
         default_port: int = 8000,
         config: ReplicaConfig | None = None,
         taint: Mapping[str, str] | None = None,
+        resources: Mapping[str, str] | None = None,
     ) -> None:
         self.api = api
         self.core: Any = client.CoreV1Api(api)
@@ -69,6 +70,9 @@ class FakeKubelet:
         self.gpus = gpus
         self.default_port = default_port
         self.taint = taint
+        # extended resources the Node offers (default: ``gpus`` x nvidia.com/gpu), e.g.
+        # {"nvidia.com/mig-2g.20gb": "3"} for a node of MIG slices
+        self.resources = dict(resources) if resources else {"nvidia.com/gpu": str(gpus)}
         self.config = config or ReplicaConfig(cold_start_s=0.0)
         self.clock = EmuClock(1.0)
         self.replicas: dict[str, EmulatedReplica] = {}
@@ -106,7 +110,7 @@ class FakeKubelet:
 
     async def register_node(self, *, create: bool = True) -> None:
         resources = {"cpu": "64", "memory": "512Gi", "pods": "110"}
-        resources["nvidia.com/gpu"] = str(self.gpus)
+        resources.update(self.resources)
         body = {
             "metadata": {"name": self.node, "labels": {"kubernetes.io/hostname": self.node}},
             "spec": {"taints": [dict(self.taint)]} if self.taint else {},

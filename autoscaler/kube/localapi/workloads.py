@@ -212,6 +212,7 @@ class WorkloadController(ObjectStore):
                 continue
             node = "local-node" if not has_nodes else self._fit(pod)
             if node is None:
+                self._mark_unschedulable(pods_rt, pod)
                 continue
             new = copy.deepcopy(pod)
             new["spec"]["nodeName"] = node
@@ -224,6 +225,26 @@ class WorkloadController(ObjectStore):
             ]
             self._store_quiet(pods_rt, pod, new)
             self._start_pod(new)
+
+    def _mark_unschedulable(self, rt: ResourceType, pod: Obj) -> None:
+        """kube-scheduler's verdict on a pod no node fits: ``PodScheduled=False``, reason
+        ``Unschedulable`` (written once, as the scheduler does not rewrite an unchanged
+        condition)."""
+        conds = pod["status"].get("conditions") or []
+        if any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conds):
+            return
+        new = copy.deepcopy(pod)
+        new["status"]["conditions"] = [
+            *(c for c in conds if c.get("type") != "PodScheduled"),
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0 nodes are available: insufficient extended resources",
+                "lastTransitionTime": rfc3339(self.clock()),
+            },
+        ]
+        self._store_quiet(rt, pod, new)
 
     def _fit(self, pod: Obj) -> str | None:
         """First node that fits the pod's extended resources, preempting lower-priority pods

@@ -7,11 +7,14 @@ write, `SleeperController.reconcile` moves the awake replicas toward the decisio
 the pure planner `autoscaler.policy.sleepers.plan` (the one the simulator measures):
 
 - down: idle Ready replicas are labelled asleep (``autoscaling.llmscaler.io/sleeping=
-  true``, so the activator stops routing to them), then put to sleep (``POST /sleep``,
-  ``mode=wait``: requests in flight finish first), while fewer than ``maxSleeping``
+  true`` and ``autoscaling.llmscaler.io/awake=false``, so the activator and a Service
+  selecting ``awake=true`` stop routing to them), then, `SETTLE_S` later, put to sleep
+  (``POST /sleep``, ``mode=wait``: requests in flight finish first), while fewer than
+  ``maxSleeping``
   sleep; the others leave: their ``controller.kubernetes.io/pod-deletion-cost`` is set to
   `DELETE_COST` and the workload's replicas are lowered by as many;
-- up: sleepers are woken first (``POST /wake_up``, then the label is removed), oldest
+- up: sleepers are woken first (``POST /wake_up``, then the sleeping label is removed
+  and ``awake`` set to ``"true"``: traffic arrives once the engine serves), oldest
   first; only the rest are cold-started (the replicas raised);
 - a sleeper asleep ``ttlSeconds`` or longer, one whose wake failed `MAX_WAKE_FAILURES`
   times, and sleepers beyond ``maxSleeping`` (lowered, or ``sleep`` unset) are deleted
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -43,7 +46,12 @@ from autoscaler.errors import AutoscalerError
 from autoscaler.kube.events import EventLimiter
 from autoscaler.logging import get_logger
 from autoscaler.metrics.source import PodEndpoint
-from autoscaler.names import ASLEEP_SINCE_ANNOTATION, POD_DELETION_COST_ANNOTATION, SLEEPING_LABEL
+from autoscaler.names import (
+    ASLEEP_SINCE_ANNOTATION,
+    AWAKE_LABEL,
+    POD_DELETION_COST_ANNOTATION,
+    SLEEPING_LABEL,
+)
 from autoscaler.policy.schema import Sleep
 from autoscaler.policy.sleepers import Fleet, expired, plan
 from autoscaler.target import TargetSpec
@@ -55,6 +63,9 @@ DELETE_COST = -1000  # chosen to leave: goes first
 MAX_WAKE_FAILURES = 3  # consecutive failed wakes before a sleeper is deleted instead
 MARK_TTL_S = 30.0  # own marks overlay the cache at most this long (watch lag)
 FAILURE_EVENT_EVERY_S = 300.0
+# Between the labels (out of the activator's and the Service's endpoints) and the sleep
+# call: what routers saw before the label change reaches the pod and runs (mode=wait).
+SETTLE_S = 1.0
 NO_SLEEP = Sleep(max_sleeping=0)  # sleep unset: sleepers left from before go
 
 
@@ -168,6 +179,8 @@ class SleeperController:
         observer: SleeperObserver | None = None,
         wall: Callable[[], float] = time.time,
         failure_event_every_s: float = FAILURE_EVENT_EVERY_S,
+        settle_s: float = SETTLE_S,
+        pause: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.io = io
         self.events = events
@@ -176,6 +189,8 @@ class SleeperController:
         self._marks: dict[TargetRef, dict[str, _Mark]] = {}
         self._wake_failures: dict[TargetRef, dict[str, int]] = {}
         self._failure_events = EventLimiter(failure_event_every_s)
+        self.settle_s = settle_s
+        self._pause = pause
 
     # -- the view ---------------------------------------------------------------------------
     def wants(self, spec: TargetSpec, view: TargetView) -> bool:
@@ -287,7 +302,7 @@ class SleeperController:
                 await self.io.mark(
                     ns,
                     r.name,
-                    labels={SLEEPING_LABEL: None},
+                    labels={SLEEPING_LABEL: None, AWAKE_LABEL: "true"},  # serves from now
                     annotations={ASLEEP_SINCE_ANNOTATION: None, POD_DELETION_COST_ANNOTATION: None},
                 )
             except AutoscalerError as err:
@@ -307,12 +322,12 @@ class SleeperController:
     ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
         """(slept, failed but left counted as asleep, failed and back awake)."""
         ns = spec.ref.namespace
-        asleep_marks = {SLEEPING_LABEL: "true"}
+        asleep_marks = {SLEEPING_LABEL: "true", AWAKE_LABEL: "false"}
         annotations = {
             ASLEEP_SINCE_ANNOTATION: f"{now:.3f}",
             POD_DELETION_COST_ANNOTATION: str(SLEEPER_COST),
         }
-        awake_marks: dict[str, str | None] = {SLEEPING_LABEL: None}
+        awake_marks: dict[str, str | None] = {SLEEPING_LABEL: None, AWAKE_LABEL: "true"}
         awake_annotations: dict[str, str | None] = {
             ASLEEP_SINCE_ANNOTATION: None,
             POD_DELETION_COST_ANNOTATION: None,
@@ -324,6 +339,8 @@ class SleeperController:
                 await self.io.mark(ns, r.name, labels=asleep_marks, annotations=annotations)
             except AutoscalerError as err:
                 return "failed", str(err)
+            if self.settle_s > 0:  # routers drop it first; what they sent before finishes
+                await self._pause(self.settle_s)
             try:
                 await self.io.sleep(r.engine_url)
             except AutoscalerError as err:

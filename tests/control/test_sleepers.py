@@ -24,7 +24,12 @@ from autoscaler.control.state import ControllerState
 from autoscaler.domain import Decision, TargetRef
 from autoscaler.errors import ActuationError, ConflictError
 from autoscaler.metrics.source import PodEndpoint
-from autoscaler.names import ASLEEP_SINCE_ANNOTATION, POD_DELETION_COST_ANNOTATION, SLEEPING_LABEL
+from autoscaler.names import (
+    ASLEEP_SINCE_ANNOTATION,
+    AWAKE_LABEL,
+    POD_DELETION_COST_ANNOTATION,
+    SLEEPING_LABEL,
+)
 from autoscaler.policy.schema import Sleep, validate_policy
 from autoscaler.store.base import StoredTarget
 from autoscaler.target import TargetSpec
@@ -204,7 +209,7 @@ def make(
     spec = TargetSpec(ref=REF, policy=validate_policy(doc))
     world, demand, wall, state = World(), Demand(), Wall(), ControllerState()
     world.add(replicas)
-    ctl = SleeperController(world, events=world, wall=wall)
+    ctl = SleeperController(world, events=world, wall=wall, settle_s=0.0)
     loop = Loop(state, world, demand, clock=FakeClock(), sleepers=ctl)
     loop.set_targets([StoredTarget(spec, "1")])
     return loop, world, demand, ctl, wall, state
@@ -269,6 +274,7 @@ async def test_scale_down_sleeps_idle_replicas_keeps_replicas_and_scale_up_wakes
         pod = world.pods[name]
         assert pod.asleep and pod.cost == SLEEPER_COST
         assert pod.annotations[ASLEEP_SINCE_ANNOTATION] == f"{wall.t:.3f}"
+        assert pod.labels[AWAKE_LABEL] == "false"  # a Service selecting awake=true drops it
     # labelled before the sleep call: out of the activator's endpoints first
     assert world.calls.index("mark llama-2") < world.calls.index("sleep llama-2")
     assert world.reasons() == ["ReplicasSlept"]
@@ -291,6 +297,7 @@ async def test_scale_down_sleeps_idle_replicas_keeps_replicas_and_scale_up_wakes
     ]
     assert world.sleeping() == [] and world.writes == [4] and world.replicas == 4
     assert not any(p.asleep for p in world.pods.values())
+    assert all(world.pods[n].labels[AWAKE_LABEL] == "true" for n in ("llama-1", "llama-2"))
     assert all(POD_DELETION_COST_ANNOTATION not in p.annotations for p in world.pods.values())
     assert world.reasons()[-1] == "ReplicasWoken"
     assert (
@@ -299,6 +306,28 @@ async def test_scale_down_sleeps_idle_replicas_keeps_replicas_and_scale_up_wakes
     )
     st = state.status(REF)
     assert st is not None and st.applied_replicas == 4
+
+
+async def test_the_sleep_call_waits_the_settle_time_after_the_labels_and_wake_sets_awake_last() -> None:
+    """Routers drop a pod on its labels; the engine sleeps only ``settle_s`` later (what
+    they sent before arrives and finishes), and awake=true comes after the wake call."""
+    loop, world, demand, ctl, _, _ = make({"maxSleeping": 1}, replicas=2)
+    pauses: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        world.calls.append("settle")
+
+    ctl.settle_s, ctl._pause = 1.5, pause
+    demand.waiting = 4
+    await loop.tick()
+    assert pauses == [1.5]
+    assert world.calls[-3:] == ["mark llama-1", "settle", "sleep llama-1"]
+    demand.waiting = 8
+    world.calls.clear()
+    await loop.tick()
+    assert world.calls == ["wake llama-1", "mark llama-1"]  # awake=true once it serves
+    assert world.pods["llama-1"].labels == {AWAKE_LABEL: "true"}
 
 
 async def test_past_the_budget_replicas_leave_with_the_lowest_deletion_cost() -> None:

@@ -16,6 +16,11 @@ the pure planner `autoscaler.policy.sleepers.plan` (the one the simulator measur
 - up: sleepers are woken first (``POST /wake_up``, then the sleeping label is removed
   and ``awake`` set to ``"true"``: traffic arrives once the engine serves), oldest
   first; only the rest are cold-started (the replicas raised);
+- sleep or zero: while sleepers wait, `autoscaler.policy.sleepers.outlook` forecasts the
+  next burst from the target's past quiet periods (sleep to next scale-up); when none is
+  expected within ``ttlSeconds`` the sleepers are released at once (``SleepersReleased``)
+  instead of at the TTL, and the decision's ``sleepers.outlook.*`` numbers say which and
+  why (the status's ``SleeperOutlook`` condition);
 - a sleeper asleep ``ttlSeconds`` or longer, one whose wake failed `MAX_WAKE_FAILURES`
   times, and sleepers beyond ``maxSleeping`` (lowered, or ``sleep`` unset) are deleted
   the same way (deletion cost, replicas lowered).
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -53,7 +59,7 @@ from autoscaler.names import (
     SLEEPING_LABEL,
 )
 from autoscaler.policy.schema import Sleep
-from autoscaler.policy.sleepers import Fleet, expired, plan
+from autoscaler.policy.sleepers import Fleet, Outlook, QuietGap, expired, outlook, plan
 from autoscaler.target import TargetSpec
 
 log = get_logger(__name__)
@@ -61,6 +67,7 @@ log = get_logger(__name__)
 SLEEPER_COST = -100  # a sleeper goes before any awake replica when replicas drop
 DELETE_COST = -1000  # chosen to leave: goes first
 MAX_WAKE_FAILURES = 3  # consecutive failed wakes before a sleeper is deleted instead
+GAPS_KEPT = 50  # past quiet periods per target the outlook learns from
 MARK_TTL_S = 30.0  # own marks overlay the cache at most this long (watch lag)
 FAILURE_EVENT_EVERY_S = 300.0
 # Between the labels (out of the activator's and the Service's endpoints) and the sleep
@@ -106,6 +113,7 @@ class Actions:
     delete_awake: tuple[str, ...] = ()
     delete_sleepers: tuple[str, ...] = ()
     sleeping_before: int = 0
+    released: bool = False  # the sleepers go early: no burst expected within their TTL
 
     @property
     def empty(self) -> bool:
@@ -121,9 +129,12 @@ def choose(
     sleep: Sleep | None,
     now_s: float,
     given_up: frozenset[str] = frozenset(),
+    release: bool = False,
 ) -> Actions:
     """Which pods to wake, sleep or delete, and how many to cold-start, to reach
-    ``desired`` awake replicas. ``given_up``: sleepers whose wakes kept failing."""
+    ``desired`` awake replicas. ``given_up``: sleepers whose wakes kept failing;
+    ``release``: no burst is expected within the TTL (`outlook`), the sleepers not woken
+    in this step go now."""
     cfg = sleep or NO_SLEEP
     sleepers = sorted(
         (r for r in replicas if r.sleeping),
@@ -142,7 +153,7 @@ def choose(
     # the budget bounds the sleepers left after this step (maxSleeping lowered, or unset)
     surplus = max(0, len(keep) - len(wake) - cfg.max_sleeping)
     left = [r for r in keep if r not in wake]
-    gone += left[:surplus]
+    gone += left if release else left[:surplus]
     start = step.start + step.wake - len(wake)
     if start:  # replicas go up: the ReplicaSet would not remove one; deleted once they don't
         gone = []
@@ -157,6 +168,7 @@ def choose(
         delete_awake=tuple(r.name for r in leaving),
         delete_sleepers=tuple(r.name for r in gone),
         sleeping_before=len(sleepers),
+        released=release and len(gone) > 0,
     )
 
 
@@ -191,6 +203,11 @@ class SleeperController:
         self._failure_events = EventLimiter(failure_event_every_s)
         self.settle_s = settle_s
         self._pause = pause
+        # Sleep or zero (`outlook`): when the current quiet period started (replicas put
+        # to sleep) and the past ones, per target; the last outlook, for the decision.
+        self._quiet_since: dict[TargetRef, float] = {}
+        self._gaps: dict[TargetRef, deque[QuietGap]] = {}
+        self._outlook: dict[TargetRef, Outlook] = {}
 
     # -- the view ---------------------------------------------------------------------------
     def wants(self, spec: TargetSpec, view: TargetView) -> bool:
@@ -240,7 +257,11 @@ class SleeperController:
         for name in set(failures) - names:
             del failures[name]
         given_up = frozenset(n for n, k in failures.items() if k >= MAX_WAKE_FAILURES)
-        acts = choose(view.replicas, view.spec_replicas, desired, spec.policy.sleep, now, given_up)
+        look = self._look_ahead(spec, view, desired, now)
+        release = look is not None and not look.keep
+        acts = choose(
+            view.replicas, view.spec_replicas, desired, spec.policy.sleep, now, given_up, release
+        )
         if acts.empty:
             return SleepOutcome(view.spec_replicas, sleeping=view.sleeping_replicas)
         by_name = {r.name: r for r in view.replicas}
@@ -267,11 +288,46 @@ class SleeperController:
             + len(slept)
             + len(still_asleep)
         )
+        if (slept or still_asleep) and ref not in self._quiet_since:
+            self._quiet_since[ref] = now  # a quiet period starts: the outlook's clock
         await self._report(
-            spec, acts, woken, wake_failed, slept, sleep_failed, deleted_sleepers, sleeping
+            spec, acts, woken, wake_failed, slept, sleep_failed, deleted_sleepers, sleeping, look
         )
         acted = bool(woken or slept or still_asleep or replicas != view.spec_replicas)
         return SleepOutcome(max(0, replicas), acted=acted, sleeping=max(0, sleeping))
+
+    def _look_ahead(
+        self, spec: TargetSpec, view: TargetView, desired: int, now: float
+    ) -> Outlook | None:
+        """Close the quiet period on a scale-up (a burst came: its length is history);
+        while it lasts with sleepers and a TTL, the outlook: keep them or release them."""
+        ref = spec.ref
+        if desired > view.awake_replicas:
+            since = self._quiet_since.pop(ref, None)
+            if since is not None:
+                self._gaps.setdefault(ref, deque(maxlen=GAPS_KEPT)).append(
+                    QuietGap(max(0.0, now - since))
+                )
+            self._outlook.pop(ref, None)
+            return None
+        sleep = spec.policy.sleep
+        sleepers = [r for r in view.replicas if r.sleeping]
+        if sleep is None or sleep.ttl_seconds is None or not sleepers:
+            self._outlook.pop(ref, None)
+            return None
+        if ref not in self._quiet_since:  # e.g. after a restart: since the oldest sleeper
+            known = [r.asleep_since_s for r in sleepers if r.asleep_since_s is not None]
+            self._quiet_since[ref] = min(known, default=now)
+        look = outlook(
+            now, self._quiet_since[ref], tuple(self._gaps.get(ref, ())), sleep.ttl_seconds
+        )
+        self._outlook[ref] = look
+        return look
+
+    def numbers(self, ref: TargetRef) -> dict[str, float]:
+        """``sleepers.outlook.*`` of the last reconcile while sleepers wait (else none)."""
+        look = self._outlook.get(ref)
+        return look.numbers() if look is not None else {}
 
     async def _mark_all(
         self, namespace: str, names: Sequence[str], annotations: Mapping[str, str | None]
@@ -382,6 +438,7 @@ class SleeperController:
         sleep_failed: list[tuple[str, str]],
         deleted_sleepers: list[str],
         sleeping: int,
+        look: Outlook | None = None,
     ) -> None:
         ref = spec.ref
         counts = {
@@ -416,7 +473,16 @@ class SleeperController:
                     False,
                 )
             )
-        if deleted_sleepers:
+        if deleted_sleepers and acts.released and look is not None:
+            out.append(
+                (
+                    "SleepersReleased",
+                    f"deleting {len(deleted_sleepers)} sleeper(s) ({_names(deleted_sleepers)}) "
+                    f"after {look.quiet_s:.0f} s quiet: {look.message}",
+                    False,
+                )
+            )
+        elif deleted_sleepers:
             ttl = spec.policy.sleep.ttl_seconds if spec.policy.sleep is not None else None
             why = f"ttlSeconds {ttl:g}, maxSleeping {budget}" if ttl else f"maxSleeping {budget}"
             out.append(
@@ -460,6 +526,9 @@ class SleeperController:
 
     def forget(self, ref: TargetRef) -> None:
         self._marks.pop(ref, None)
+        self._quiet_since.pop(ref, None)
+        self._gaps.pop(ref, None)
+        self._outlook.pop(ref, None)
         self._wake_failures.pop(ref, None)
         for what in ("wake", "sleep"):
             self._failure_events.reset((ref, what))

@@ -19,7 +19,7 @@ the pure planner `autoscaler.policy.sleepers.plan` (the one the simulator measur
 - sleep or zero: while sleepers wait, `autoscaler.policy.sleepers.outlook` forecasts the
   next burst from the target's past quiet periods (sleep to next scale-up); when none is
   expected within ``ttlSeconds`` the sleepers are released at once (``SleepersReleased``)
-  instead of at the TTL, and the decision's ``sleepers.outlook.*`` numbers say which and
+  instead of at the TTL (when one is: ``SleepersKept``, once per quiet period), and the decision's ``sleepers.outlook.*`` numbers say which and
   why (the status's ``SleeperOutlook`` condition);
 - a sleeper asleep ``ttlSeconds`` or longer, one whose wake failed `MAX_WAKE_FAILURES`
   times, and sleepers beyond ``maxSleeping`` (lowered, or ``sleep`` unset) are deleted
@@ -59,7 +59,7 @@ from autoscaler.names import (
     SLEEPING_LABEL,
 )
 from autoscaler.policy.schema import Sleep
-from autoscaler.policy.sleepers import Fleet, Outlook, QuietGap, expired, outlook, plan
+from autoscaler.policy.sleepers import KEEP, Fleet, Outlook, QuietGap, expired, outlook, plan
 from autoscaler.target import TargetSpec
 
 log = get_logger(__name__)
@@ -208,6 +208,7 @@ class SleeperController:
         self._quiet_since: dict[TargetRef, float] = {}
         self._gaps: dict[TargetRef, deque[QuietGap]] = {}
         self._outlook: dict[TargetRef, Outlook] = {}
+        self._kept: dict[TargetRef, float] = {}  # SleepersKept told (once per quiet period)
 
     # -- the view ---------------------------------------------------------------------------
     def wants(self, spec: TargetSpec, view: TargetView) -> bool:
@@ -259,6 +260,8 @@ class SleeperController:
         given_up = frozenset(n for n, k in failures.items() if k >= MAX_WAKE_FAILURES)
         look = self._look_ahead(spec, view, desired, now)
         release = look is not None and not look.keep
+        if look is not None and look.reason == KEEP:
+            await self._announce_kept(spec, look)
         acts = choose(
             view.replicas, view.spec_replicas, desired, spec.policy.sleep, now, given_up, release
         )
@@ -309,6 +312,7 @@ class SleeperController:
                     QuietGap(max(0.0, now - since))
                 )
             self._outlook.pop(ref, None)
+            self._kept.pop(ref, None)
             return None
         sleep = spec.policy.sleep
         sleepers = [r for r in view.replicas if r.sleeping]
@@ -323,6 +327,20 @@ class SleeperController:
         )
         self._outlook[ref] = look
         return look
+
+    async def _announce_kept(self, spec: TargetSpec, look: Outlook) -> None:
+        """``SleepersKept`` once per quiet period, when the outlook first expects a burst
+        within the TTL (a release says ``SleepersReleased``; no forecast says nothing)."""
+        if spec.ref in self._kept:
+            return
+        self._kept[spec.ref] = self.wall()
+        message = f"keeping sleepers after {look.quiet_s:.0f} s quiet: {look.message}"
+        log.info("sleepers", target=str(spec.ref), reason="SleepersKept", message=message)
+        if self.events is not None:
+            try:
+                await self.events.emit(spec, "SleepersKept", message, warning=False)
+            except AutoscalerError as err:
+                log.warning("sleeper event not written", target=str(spec.ref), error=str(err))
 
     def numbers(self, ref: TargetRef) -> dict[str, float]:
         """``sleepers.outlook.*`` of the last reconcile while sleepers wait (else none)."""
@@ -529,6 +547,7 @@ class SleeperController:
         self._quiet_since.pop(ref, None)
         self._gaps.pop(ref, None)
         self._outlook.pop(ref, None)
+        self._kept.pop(ref, None)
         self._wake_failures.pop(ref, None)
         for what in ("wake", "sleep"):
             self._failure_events.reset((ref, what))

@@ -532,6 +532,14 @@ async def test_sleepers_are_kept_while_a_burst_is_expected_and_released_when_non
     assert d.numbers["sleepers.outlook"] == 1.0  # burst-expected
     assert (d.numbers["sleepers.outlook.comparable"], d.numbers["sleepers.outlook.gaps"]) == (3, 3)
     assert world.replicas == 2 and "SleepersReleased" not in world.reasons()
+    reason, message, _ = world.events[-1]
+    assert reason == "SleepersKept" and message.startswith(
+        "keeping sleepers after 50 s quiet: next burst expected within ttlSeconds 600"
+    )
+    wall.t += 10
+    await loop.tick()
+    assert world.reasons().count("SleepersKept") == 1  # once per quiet period
+    wall.t -= 10
     (keep,) = [c for c in status_conditions(d, None) if c.type == "SleeperOutlook"]
     assert (keep.status, keep.reason) == ("True", "BurstExpected")
     assert "3 of 3 past quiet periods longer than 50 s" in keep.message

@@ -19,8 +19,9 @@ the pure planner `autoscaler.policy.sleepers.plan` (the one the simulator measur
 - sleep or zero: while sleepers wait, `autoscaler.policy.sleepers.outlook` forecasts the
   next burst from the target's past quiet periods (sleep to next scale-up); when none is
   expected within ``ttlSeconds`` the sleepers are released at once (``SleepersReleased``)
-  instead of at the TTL (when one is: ``SleepersKept``, once per quiet period), and the decision's ``sleepers.outlook.*`` numbers say which and
-  why (the status's ``SleeperOutlook`` condition);
+  instead of at the TTL (when one is: ``SleepersKept``, once per quiet period), and the
+  decision's ``sleepers.outlook.*`` numbers say which and why (the status's
+  ``SleeperOutlook`` condition);
 - a sleeper asleep ``ttlSeconds`` or longer, one whose wake failed `MAX_WAKE_FAILURES`
   times, and sleepers beyond ``maxSleeping`` (lowered, or ``sleep`` unset) are deleted
   the same way (deletion cost, replicas lowered).

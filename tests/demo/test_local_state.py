@@ -6,25 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from autoscaler.commands import demo as demo_command
 from autoscaler.demo.app import PID_FILE, TEMPDIR_PREFIX, sweep_stale_tempdirs
-from autoscaler.logging import configure_logging
 
 
-@pytest.fixture
-def logs_back_on_stderr() -> Iterator[None]:
-    """`_log_to_file` points every logger at the file these tests then close: put logging
-    back on stderr, or every later test that logs writes to a closed file."""
-    yield
-    configure_logging(fmt="json", level="INFO")
-
-
-@pytest.mark.usefixtures("logs_back_on_stderr")
 def test_the_log_is_appended_across_restarts_and_rotated_when_large(tmp_path: Path) -> None:
     path = tmp_path / "out" / "demo.log"
     for run in ("first", "second"):

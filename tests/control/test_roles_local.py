@@ -41,8 +41,9 @@ class RoleRuntime:
 
     async def start(self, pod: dict[str, Any]) -> PodEndpoint:
         name = pod["metadata"]["name"]
-        role = "prefill" if name.startswith(PREFILL) else "decode"
-        config = ReplicaConfig(cold_start_s=0.0, role=role)
+        config = ReplicaConfig(
+            cold_start_s=0.0, role="prefill" if name.startswith(PREFILL) else "decode"
+        )
         rep = await self.fleet.start_replica(name, config=config)
         await until(lambda: rep.ready, 10, "emulated replica ready")
         self.replicas[name] = rep

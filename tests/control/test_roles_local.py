@@ -236,7 +236,8 @@ async def test_the_ratio_band_raises_the_lagging_role() -> None:
         async with controller(c.kube):
             c.load(DECODE, 48, 64, 8000)  # decode wants 3; prefill has no load at all
             await until(lambda: c.seen[-1] == (3, 3), 30, "prefill=3, decode=3")
-            assert all(p <= d for p, d in c.seen), c.seen  # prefill follows, never leads
+            # prefill follows decode step for step (at most the one write in between)
+            assert all(p <= d + 1 for p, d in c.seen), c.seen
             raised = c.events("RoleRaised")
             assert any("prefill: raised to 3 by the ratio band" in e["message"] for e in raised)
             await until(

@@ -122,7 +122,6 @@ async def test_prefill_grows_on_prompt_tokens_while_idle_decode_shrinks(
             # each role one step a second, in its own direction
             assert [p for p, _ in seen] == sorted(p for p, _ in seen), seen
             assert [d for _, d in seen] == sorted((d for _, d in seen), reverse=True), seen
-            assert (2, 2) in seen or (2, 1) in seen or (1, 2) in seen, seen
 
             obj = await kube.read(target)
             deadline = time.monotonic() + 10

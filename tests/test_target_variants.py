@@ -349,3 +349,52 @@ def test_the_crd_refuses_a_bad_role_and_bad_role_targets() -> None:
     missing = copy.deepcopy(obj)
     del missing["spec"]["roles"]["promptTokensPerSecondPerPrefill"]
     assert list(v.iter_errors(missing))
+
+
+def test_the_status_of_a_target_with_roles_sums_rows_per_role_and_fits_the_crd() -> None:
+    from autoscaler.control.adapters import roles_condition
+    from autoscaler.domain import Decision, Reason
+    from autoscaler.target_status import Condition, VariantStatus, status_body
+
+    decision = Decision(1.0, 4, 5, Reason.SCALE_UP, "prefill 2 -> 3", True)
+    rows = (
+        VariantStatus("prefill-h100", 3, 3, 2, 1, 1, 4.0, role="prefill"),
+        VariantStatus("decode-h100", 1, 1, 1, 0, 0, 4.0, role="decode"),
+        VariantStatus("decode-mig", 1, 1, 1, 0, 0, 1.33, role="decode"),
+    )
+    notes = ("prefill: 1 pod(s) Pending, not growing", "decode: rate-limited")
+    held = roles_condition(("prefill: prompt-token rate missing, holding",))
+    assert (held.status, held.reason) == ("False", "RoleHeld")
+    cond = roles_condition(notes)
+    assert (cond.status, cond.reason) == ("True", "RolesDeciding")
+    assert cond.message == "; ".join(notes)
+    status = status_body(
+        decision,
+        now_rfc3339="2026-01-01T00:00:00Z",
+        variants=rows,
+        conditions=(cond, Condition("Ready", "True", "Ready", "ok")),
+    )
+    assert status["variantSummary"] == "P:prefill-h100=3,D:decode-h100=1,D:decode-mig=1"
+    assert status["variants"][0]["role"] == "prefill"
+    assert status["roles"] == [
+        {
+            "role": "prefill",
+            "replicas": 3,
+            "desiredReplicas": 3,
+            "readyReplicas": 2,
+            "unschedulableReplicas": 1,
+        },
+        {
+            "role": "decode",
+            "replicas": 2,
+            "desiredReplicas": 2,
+            "readyReplicas": 2,
+            "unschedulableReplicas": 0,
+        },
+    ]
+    obj = spec_to_object(target_spec_from_dict(_roles_doc(ROLE_VARIANTS, ROLES_BLOCK), ref=REF))
+    obj["status"] = status
+    assert not [e.message for e in crd_validator(_crd()).iter_errors(obj)]
+    # plain variants: no roles rows
+    plain = (VariantStatus("h100", 1, 1, 1, 0, 0, 4.0),)
+    assert "roles" not in status_body(decision, now_rfc3339="t", variants=plain)

@@ -182,3 +182,30 @@ async def test_a_follower_decides_per_role_and_writes_nothing() -> None:
     [d] = await loop.tick()
     assert d.numbers["roles.prefill.desired"] == 3.0
     assert cluster.writes == [] and cluster.variant_records == [] and cluster.notes == []
+
+
+async def test_role_notes_are_events_when_new_and_the_roles_condition_of_the_status() -> None:
+
+    from autoscaler.control.adapters import KubeCluster
+    from tests.control.test_blind_status import Recorder, Status, _decision
+
+    rec, status = Recorder(), Status()
+    cluster = KubeCluster(None, cache=object(), scale=object(), recorder=rec, status=status,  # type: ignore[arg-type]
+                          clock=FakeClock())  # fmt: skip
+    _, _, _, loop_state, _ = make()
+    spec = loop_state.targets[REF].spec
+    held = "prefill: prompt-token rate missing, holding"
+    blocked = "decode: 1 pod(s) Pending, not growing"
+    await cluster.record_roles(spec, (held,))
+    await cluster.record(spec, _decision(), applied=False)
+    await cluster.record_roles(spec, (held, blocked))  # only the new note is an Event
+    await cluster.record_roles(spec, (held, blocked))  # steady: nothing again
+    assert rec.events == [("RoleHeld", held, True), ("RoleGrowthBlocked", blocked, True)]
+    roles = {c.type: c for c in status.writes[-1]}["Roles"]
+    assert (roles.status, roles.reason, roles.message) == ("False", "RoleHeld", held)
+    # the notes are part of what a status write is keyed on: a change is written at once
+    await cluster.record_roles(spec, ("prefill: raised to 2 by the ratio band",))
+    await cluster.record(spec, _decision(), applied=False)
+    roles = {c.type: c for c in status.writes[-1]}["Roles"]
+    assert (roles.status, roles.reason) == ("True", "RolesDeciding")
+    assert rec.events[-1] == ("RoleRaised", "prefill: raised to 2 by the ratio band", False)

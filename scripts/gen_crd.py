@@ -416,8 +416,8 @@ def _status_schema() -> dict[str, Any]:
                 "description": (
                     "A target whose variants carry roles: per role, the replicas of its "
                     "variants, what the role's decision wants, ready and unschedulable "
-                    "pods, and why it held, could not grow or was raised (docs/policy.md, "
-                    "Prefill/decode roles)."
+                    "pods; why a role held, could not grow or was raised is the Roles "
+                    "condition (docs/policy.md, Prefill/decode roles)."
                 ),
                 "type": "array",
                 "items": {
@@ -429,7 +429,6 @@ def _status_schema() -> dict[str, Any]:
                         "desiredReplicas": {"type": "integer", "minimum": 0},
                         "readyReplicas": {"type": "integer", "minimum": 0},
                         "unschedulableReplicas": {"type": "integer", "minimum": 0},
-                        "notes": {"type": "array", "items": {"type": "string"}},
                     },
                 },
             },

@@ -14,6 +14,7 @@ from autoscaler.control.loop import ControlLoop
 from autoscaler.control.ports import SignalReading, TargetView, VariantView
 from autoscaler.control.state import ControllerState
 from autoscaler.domain import Decision, Reason, TargetRef
+from autoscaler.errors import ConflictError
 from autoscaler.metrics.source import PodEndpoint
 from autoscaler.policy.schema import validate_policy
 from autoscaler.policy.variants import VariantChange
@@ -39,6 +40,7 @@ class RoleCluster:
         default_factory=list
     )
     notes: list[tuple[str, ...]] = field(default_factory=list)
+    conflict_once_on: str | None = None
 
     async def observe(self, spec: TargetSpec) -> TargetView:
         views = []
@@ -50,6 +52,9 @@ class RoleCluster:
         return TargetView(spec_replicas=total, ready_replicas=total, variants=tuple(views))
 
     async def scale(self, spec: TargetSpec, replicas: int, resource_version: str) -> None:
+        if self.conflict_once_on == spec.scale_target_ref.name:
+            self.conflict_once_on = None
+            raise ConflictError("the object has been modified")
         self.writes.append((spec.scale_target_ref.name, replicas))
         self.replicas[spec.scale_target_ref.name] = replicas
 
@@ -173,6 +178,20 @@ async def test_a_missing_signal_holds_that_role_only_and_says_so() -> None:
     assert (d.current_replicas, d.desired_replicas) == (3, 3)
     assert d.reason == Reason.HOLD_MISSING_DATA
     assert cluster.writes == [("llama-decode", 1)]
+
+
+async def test_a_conflict_leaves_the_rest_to_the_next_tick_which_writes_it() -> None:
+    loop, cluster, signals, _, clock = make()
+    signals.prefill = {"prompt_tokens_per_s": 5000.0}
+    signals.decode = {"running": 0.0}
+    cluster.conflict_once_on = "llama-prefill"
+    await loop.tick()
+    assert cluster.writes == []  # prefill refused: decode waits too (one re-read)
+    assert cluster.variant_records[-1][1] == ()
+    await clock.advance(1.0)
+    await loop.tick()
+    # the refused write was never observed: prefill's period is still free
+    assert cluster.writes == [("llama-prefill", 3), ("llama-decode", 1)]
 
 
 async def test_a_follower_decides_per_role_and_writes_nothing() -> None:

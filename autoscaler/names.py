@@ -18,6 +18,10 @@ COMPONENT: Final = "llm-autoscaler"
 # ("true"), so whatever routes requests can leave it out, and the annotation says since
 # when (unix seconds) for the TTL. Lower deletion cost: the ReplicaSet removes it first.
 SLEEPING_LABEL: Final = "autoscaling.llmscaler.io/sleeping"
+# For a plain Service (docs/activator.md, "A plain Service and sleepers"): the pod template
+# sets it to "true", the controller "false" before it puts a pod to sleep and "true" once a
+# wake has completed, so a Service selecting awake="true" never lists a sleeper.
+AWAKE_LABEL: Final = "autoscaling.llmscaler.io/awake"
 ASLEEP_SINCE_ANNOTATION: Final = "autoscaling.llmscaler.io/asleep-since"
 POD_DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
 # A target's metricsPath: a URL path without whitespace or control characters (a CR/LF

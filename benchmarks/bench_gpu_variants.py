@@ -175,9 +175,18 @@ def main(argv: list[str] | None = None) -> int:
         help="USD per H100-hour (slices pay a third of it); default 4.0, calibration.md",
     )
     ap.add_argument(
-        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu_variants.json"
+        "--out",
+        type=Path,
+        default=None,
+        help="default benchmarks/results/gpu_variants.json; with --h100-price P,"
+        " gpu_variants_h100_at_P.json (the headline file keeps the $4 run)",
     )
     args = ap.parse_args(argv)
+    if args.out is None:
+        name = "gpu_variants.json"
+        if args.h100_price is not None:
+            name = f"gpu_variants_h100_at_{args.h100_price:g}.json"
+        args.out = ROOT / "benchmarks" / "results" / name
     labels = [x.strip() for x in args.scenarios.split(",") if x.strip()]
     for x in labels:
         if x not in SCENARIOS:

@@ -33,6 +33,7 @@ ORDER = (
     "bench_reaction.py",
     "bench_emulator_speed.py",
     "bench_serverless.py",
+    "bench_wake.py",
 )
 QUICK_FLAG = {
     "bench_policies.py": "--quick",

@@ -21,7 +21,8 @@ load at two fleets side by side with the same replica limits (1..16): a ramp of 
 prompts that fills the KV cache, then a burst of the Azure code trace on top. One fleet
 is scaled by this controller (with a warm pool of pause pods), one by the seeds'
 KEDA+HPA policy. A second model sits at zero behind the activator: its first request is
-held through the cold start and answered, and it goes back to zero when idle.
+held through the cold start and answered; idle, its replicas sleep, a burst wakes them in
+seconds, and it goes back to zero.
 The terminal shows a live table and a summary; logs go to --log-file."""
 
 
@@ -141,6 +142,13 @@ def _summary_line(s: dict[str, Any], path: Path, log_file: Path) -> str:
             f"answered at t={z['answered_at_s']:.0f} s (held {z['held_s']} s); "
             + (f"back to 0 replicas at t={back:.0f} s" if back is not None else "not yet at 0")
         )
+        if z.get("burst_sent_at_s") is not None:
+            lines.append(
+                f"        burst of {z.get('burst')} at t={z['burst_sent_at_s']:.0f} s: "
+                f"{z.get('woken', 0)} sleepers woken in {z.get('woken_in_s')} s, "
+                f"{z.get('burst_answered', 0)} answered, held p50 {z.get('burst_held_p50_s')} s"
+                f" / max {z.get('burst_held_max_s')} s"
+            )
     elif z:
         lines.append(f"  zero  {z['model']}: not answered in the run ({z.get('error')})")
     lines.append(f"written to {path}; logs in {log_file}")

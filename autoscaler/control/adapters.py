@@ -17,6 +17,7 @@ from autoscaler.kube.events import EventLimiter
 from autoscaler.kube.scale import ScaleClient, ScaleInfo, WorkloadRecord
 from autoscaler.logging import get_logger
 from autoscaler.metrics.source import PodEndpoint
+from autoscaler.policy.sleepers import Outlook
 from autoscaler.policy.status import (
     MetricsAvailability,
     PolicyStatus,
@@ -314,6 +315,7 @@ class KubeCluster:
             decision.reason,
             decision.numbers.get("held", 0),
             decision.numbers.get("sleepers.sleeping"),
+            decision.numbers.get("sleepers.outlook"),
             owner,
             policy,
             generation,
@@ -491,11 +493,19 @@ def status_conditions(
     count)."""
     active = Condition(*_fields(active_fields(decision.active, metrics)))
     seen: tuple[Condition, ...] = ()
+    look = Outlook.from_numbers(decision.numbers)
+    if look is not None:  # sleepers wait: kept for a burst expected in their TTL, or not
+        seen = (
+            Condition(
+                SLEEPER_OUTLOOK, "True" if look.keep else "False", _camel(look.reason), look.message
+            ),
+        )
     if metrics is not None:
         fallback = fallback_fields(decision.reason == Reason.FALLBACK, decision.message)
         seen = (
             Condition("MetricsAvailable", metrics.status, metrics.reason, metrics.message),
             Condition(*_fields(fallback)),
+            *seen,
         )
     if owner:
         return (
@@ -510,6 +520,14 @@ def status_conditions(
         Condition("Actuating", "True", "Reconciled", decision.message),
         *seen,
     )
+
+
+SLEEPER_OUTLOOK = "SleeperOutlook"
+
+
+def _camel(reason: str) -> str:
+    """``no-burst-expected`` -> ``NoBurstExpected`` (a condition reason)."""
+    return "".join(part.capitalize() for part in reason.split("-"))
 
 
 def _fields(c: Any) -> tuple[str, str, str, str]:

@@ -492,6 +492,11 @@ class ControlLoop:
                     # why pods were left unread: out-of-range values, by reason
                     **{f"pods_rejected.{r}": float(n) for r, n in reading.rejected.items()},
                     **_sleeper_numbers(decision, sleeping),
+                    **(
+                        self.sleepers.numbers(ref)
+                        if sleeping is not None and self.sleepers is not None
+                        else {}
+                    ),
                 },
             )
         if holder:

@@ -126,6 +126,10 @@ class SleeperPort(Protocol):
         sleepers; return the workload replicas to write."""
         ...
 
+    def numbers(self, ref: TargetRef) -> Mapping[str, float]:
+        """Numbers for the decision (``sleepers.outlook.*``: keep or release, and why)."""
+        ...
+
 
 class SignalPort(Protocol):
     async def read(self, spec: TargetSpec, view: TargetView, now: float) -> SignalReading: ...

@@ -22,6 +22,11 @@ class SourceSignals:
         return "prometheus" if isinstance(self.source, PrometheusSource) else "pods"
 
     async def read(self, spec: TargetSpec, view: TargetView, now: float) -> SignalReading:
+        exclude = getattr(self.source, "exclude_pods", None)
+        if callable(exclude) and (view.sleeping_replicas or spec.policy.sleep is not None):
+            # sleepers' idle series out of a query-based source (Prometheus): the
+            # averages are over the awake pods only, as the pod scrape reads them
+            exclude(str(spec.ref), [r.name for r in view.replicas if r.sleeping])
         reading = await self.source.read(str(spec.ref), view.pods, now)
         return SignalReading(
             signals=dict(reading.signals),

@@ -7,12 +7,21 @@ write, `SleeperController.reconcile` moves the awake replicas toward the decisio
 the pure planner `autoscaler.policy.sleepers.plan` (the one the simulator measures):
 
 - down: idle Ready replicas are labelled asleep (``autoscaling.llmscaler.io/sleeping=
-  true``, so the activator stops routing to them), then put to sleep (``POST /sleep``,
-  ``mode=wait``: requests in flight finish first), while fewer than ``maxSleeping``
+  true`` and ``autoscaling.llmscaler.io/awake=false``, so the activator and a Service
+  selecting ``awake=true`` stop routing to them), then, `SETTLE_S` later, put to sleep
+  (``POST /sleep``, ``mode=wait``: requests in flight finish first), while fewer than
+  ``maxSleeping``
   sleep; the others leave: their ``controller.kubernetes.io/pod-deletion-cost`` is set to
   `DELETE_COST` and the workload's replicas are lowered by as many;
-- up: sleepers are woken first (``POST /wake_up``, then the label is removed), oldest
+- up: sleepers are woken first (``POST /wake_up``, then the sleeping label is removed
+  and ``awake`` set to ``"true"``: traffic arrives once the engine serves), oldest
   first; only the rest are cold-started (the replicas raised);
+- sleep or zero: while sleepers wait, `autoscaler.policy.sleepers.outlook` forecasts the
+  next burst from the target's past quiet periods (sleep to next scale-up); when none is
+  expected within ``ttlSeconds`` the sleepers are released at once (``SleepersReleased``)
+  instead of at the TTL (when one is: ``SleepersKept``, once per quiet period), and the
+  decision's ``sleepers.outlook.*`` numbers say which and why (the status's
+  ``SleeperOutlook`` condition);
 - a sleeper asleep ``ttlSeconds`` or longer, one whose wake failed `MAX_WAKE_FAILURES`
   times, and sleepers beyond ``maxSleeping`` (lowered, or ``sleep`` unset) are deleted
   the same way (deletion cost, replicas lowered).
@@ -33,7 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -43,9 +53,14 @@ from autoscaler.errors import AutoscalerError
 from autoscaler.kube.events import EventLimiter
 from autoscaler.logging import get_logger
 from autoscaler.metrics.source import PodEndpoint
-from autoscaler.names import ASLEEP_SINCE_ANNOTATION, POD_DELETION_COST_ANNOTATION, SLEEPING_LABEL
+from autoscaler.names import (
+    ASLEEP_SINCE_ANNOTATION,
+    AWAKE_LABEL,
+    POD_DELETION_COST_ANNOTATION,
+    SLEEPING_LABEL,
+)
 from autoscaler.policy.schema import Sleep
-from autoscaler.policy.sleepers import Fleet, expired, plan
+from autoscaler.policy.sleepers import KEEP, Fleet, Outlook, QuietGap, expired, outlook, plan
 from autoscaler.target import TargetSpec
 
 log = get_logger(__name__)
@@ -53,8 +68,12 @@ log = get_logger(__name__)
 SLEEPER_COST = -100  # a sleeper goes before any awake replica when replicas drop
 DELETE_COST = -1000  # chosen to leave: goes first
 MAX_WAKE_FAILURES = 3  # consecutive failed wakes before a sleeper is deleted instead
+GAPS_KEPT = 50  # past quiet periods per target the outlook learns from
 MARK_TTL_S = 30.0  # own marks overlay the cache at most this long (watch lag)
 FAILURE_EVENT_EVERY_S = 300.0
+# Between the labels (out of the activator's and the Service's endpoints) and the sleep
+# call: what routers saw before the label change reaches the pod and runs (mode=wait).
+SETTLE_S = 1.0
 NO_SLEEP = Sleep(max_sleeping=0)  # sleep unset: sleepers left from before go
 
 
@@ -95,6 +114,7 @@ class Actions:
     delete_awake: tuple[str, ...] = ()
     delete_sleepers: tuple[str, ...] = ()
     sleeping_before: int = 0
+    released: bool = False  # the sleepers go early: no burst expected within their TTL
 
     @property
     def empty(self) -> bool:
@@ -110,9 +130,12 @@ def choose(
     sleep: Sleep | None,
     now_s: float,
     given_up: frozenset[str] = frozenset(),
+    release: bool = False,
 ) -> Actions:
     """Which pods to wake, sleep or delete, and how many to cold-start, to reach
-    ``desired`` awake replicas. ``given_up``: sleepers whose wakes kept failing."""
+    ``desired`` awake replicas. ``given_up``: sleepers whose wakes kept failing;
+    ``release``: no burst is expected within the TTL (`outlook`), the sleepers not woken
+    in this step go now."""
     cfg = sleep or NO_SLEEP
     sleepers = sorted(
         (r for r in replicas if r.sleeping),
@@ -131,7 +154,7 @@ def choose(
     # the budget bounds the sleepers left after this step (maxSleeping lowered, or unset)
     surplus = max(0, len(keep) - len(wake) - cfg.max_sleeping)
     left = [r for r in keep if r not in wake]
-    gone += left[:surplus]
+    gone += left if release else left[:surplus]
     start = step.start + step.wake - len(wake)
     if start:  # replicas go up: the ReplicaSet would not remove one; deleted once they don't
         gone = []
@@ -146,6 +169,7 @@ def choose(
         delete_awake=tuple(r.name for r in leaving),
         delete_sleepers=tuple(r.name for r in gone),
         sleeping_before=len(sleepers),
+        released=release and len(gone) > 0,
     )
 
 
@@ -168,6 +192,8 @@ class SleeperController:
         observer: SleeperObserver | None = None,
         wall: Callable[[], float] = time.time,
         failure_event_every_s: float = FAILURE_EVENT_EVERY_S,
+        settle_s: float = SETTLE_S,
+        pause: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.io = io
         self.events = events
@@ -176,6 +202,14 @@ class SleeperController:
         self._marks: dict[TargetRef, dict[str, _Mark]] = {}
         self._wake_failures: dict[TargetRef, dict[str, int]] = {}
         self._failure_events = EventLimiter(failure_event_every_s)
+        self.settle_s = settle_s
+        self._pause = pause
+        # Sleep or zero (`outlook`): when the current quiet period started (replicas put
+        # to sleep) and the past ones, per target; the last outlook, for the decision.
+        self._quiet_since: dict[TargetRef, float] = {}
+        self._gaps: dict[TargetRef, deque[QuietGap]] = {}
+        self._outlook: dict[TargetRef, Outlook] = {}
+        self._kept: dict[TargetRef, float] = {}  # SleepersKept told (once per quiet period)
 
     # -- the view ---------------------------------------------------------------------------
     def wants(self, spec: TargetSpec, view: TargetView) -> bool:
@@ -225,7 +259,13 @@ class SleeperController:
         for name in set(failures) - names:
             del failures[name]
         given_up = frozenset(n for n, k in failures.items() if k >= MAX_WAKE_FAILURES)
-        acts = choose(view.replicas, view.spec_replicas, desired, spec.policy.sleep, now, given_up)
+        look = self._look_ahead(spec, view, desired, now)
+        release = look is not None and not look.keep
+        if look is not None and look.reason == KEEP:
+            await self._announce_kept(spec, look)
+        acts = choose(
+            view.replicas, view.spec_replicas, desired, spec.policy.sleep, now, given_up, release
+        )
         if acts.empty:
             return SleepOutcome(view.spec_replicas, sleeping=view.sleeping_replicas)
         by_name = {r.name: r for r in view.replicas}
@@ -252,11 +292,61 @@ class SleeperController:
             + len(slept)
             + len(still_asleep)
         )
+        if (slept or still_asleep) and ref not in self._quiet_since:
+            self._quiet_since[ref] = now  # a quiet period starts: the outlook's clock
         await self._report(
-            spec, acts, woken, wake_failed, slept, sleep_failed, deleted_sleepers, sleeping
+            spec, acts, woken, wake_failed, slept, sleep_failed, deleted_sleepers, sleeping, look
         )
         acted = bool(woken or slept or still_asleep or replicas != view.spec_replicas)
         return SleepOutcome(max(0, replicas), acted=acted, sleeping=max(0, sleeping))
+
+    def _look_ahead(
+        self, spec: TargetSpec, view: TargetView, desired: int, now: float
+    ) -> Outlook | None:
+        """Close the quiet period on a scale-up (a burst came: its length is history);
+        while it lasts with sleepers and a TTL, the outlook: keep them or release them."""
+        ref = spec.ref
+        if desired > view.awake_replicas:
+            since = self._quiet_since.pop(ref, None)
+            if since is not None:
+                self._gaps.setdefault(ref, deque(maxlen=GAPS_KEPT)).append(
+                    QuietGap(max(0.0, now - since))
+                )
+            self._outlook.pop(ref, None)
+            self._kept.pop(ref, None)
+            return None
+        sleep = spec.policy.sleep
+        sleepers = [r for r in view.replicas if r.sleeping]
+        if sleep is None or sleep.ttl_seconds is None or not sleepers:
+            self._outlook.pop(ref, None)
+            return None
+        if ref not in self._quiet_since:  # e.g. after a restart: since the oldest sleeper
+            known = [r.asleep_since_s for r in sleepers if r.asleep_since_s is not None]
+            self._quiet_since[ref] = min(known, default=now)
+        look = outlook(
+            now, self._quiet_since[ref], tuple(self._gaps.get(ref, ())), sleep.ttl_seconds
+        )
+        self._outlook[ref] = look
+        return look
+
+    async def _announce_kept(self, spec: TargetSpec, look: Outlook) -> None:
+        """``SleepersKept`` once per quiet period, when the outlook first expects a burst
+        within the TTL (a release says ``SleepersReleased``; no forecast says nothing)."""
+        if spec.ref in self._kept:
+            return
+        self._kept[spec.ref] = self.wall()
+        message = f"keeping sleepers after {look.quiet_s:.0f} s quiet: {look.message}"
+        log.info("sleepers", target=str(spec.ref), reason="SleepersKept", message=message)
+        if self.events is not None:
+            try:
+                await self.events.emit(spec, "SleepersKept", message, warning=False)
+            except AutoscalerError as err:
+                log.warning("sleeper event not written", target=str(spec.ref), error=str(err))
+
+    def numbers(self, ref: TargetRef) -> dict[str, float]:
+        """``sleepers.outlook.*`` of the last reconcile while sleepers wait (else none)."""
+        look = self._outlook.get(ref)
+        return look.numbers() if look is not None else {}
 
     async def _mark_all(
         self, namespace: str, names: Sequence[str], annotations: Mapping[str, str | None]
@@ -287,7 +377,7 @@ class SleeperController:
                 await self.io.mark(
                     ns,
                     r.name,
-                    labels={SLEEPING_LABEL: None},
+                    labels={SLEEPING_LABEL: None, AWAKE_LABEL: "true"},  # serves from now
                     annotations={ASLEEP_SINCE_ANNOTATION: None, POD_DELETION_COST_ANNOTATION: None},
                 )
             except AutoscalerError as err:
@@ -307,12 +397,12 @@ class SleeperController:
     ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
         """(slept, failed but left counted as asleep, failed and back awake)."""
         ns = spec.ref.namespace
-        asleep_marks = {SLEEPING_LABEL: "true"}
+        asleep_marks = {SLEEPING_LABEL: "true", AWAKE_LABEL: "false"}
         annotations = {
             ASLEEP_SINCE_ANNOTATION: f"{now:.3f}",
             POD_DELETION_COST_ANNOTATION: str(SLEEPER_COST),
         }
-        awake_marks: dict[str, str | None] = {SLEEPING_LABEL: None}
+        awake_marks: dict[str, str | None] = {SLEEPING_LABEL: None, AWAKE_LABEL: "true"}
         awake_annotations: dict[str, str | None] = {
             ASLEEP_SINCE_ANNOTATION: None,
             POD_DELETION_COST_ANNOTATION: None,
@@ -324,6 +414,8 @@ class SleeperController:
                 await self.io.mark(ns, r.name, labels=asleep_marks, annotations=annotations)
             except AutoscalerError as err:
                 return "failed", str(err)
+            if self.settle_s > 0:  # routers drop it first; what they sent before finishes
+                await self._pause(self.settle_s)
             try:
                 await self.io.sleep(r.engine_url)
             except AutoscalerError as err:
@@ -365,6 +457,7 @@ class SleeperController:
         sleep_failed: list[tuple[str, str]],
         deleted_sleepers: list[str],
         sleeping: int,
+        look: Outlook | None = None,
     ) -> None:
         ref = spec.ref
         counts = {
@@ -399,7 +492,16 @@ class SleeperController:
                     False,
                 )
             )
-        if deleted_sleepers:
+        if deleted_sleepers and acts.released and look is not None:
+            out.append(
+                (
+                    "SleepersReleased",
+                    f"deleting {len(deleted_sleepers)} sleeper(s) ({_names(deleted_sleepers)}) "
+                    f"after {look.quiet_s:.0f} s quiet: {look.message}",
+                    False,
+                )
+            )
+        elif deleted_sleepers:
             ttl = spec.policy.sleep.ttl_seconds if spec.policy.sleep is not None else None
             why = f"ttlSeconds {ttl:g}, maxSleeping {budget}" if ttl else f"maxSleeping {budget}"
             out.append(
@@ -443,6 +545,10 @@ class SleeperController:
 
     def forget(self, ref: TargetRef) -> None:
         self._marks.pop(ref, None)
+        self._quiet_since.pop(ref, None)
+        self._gaps.pop(ref, None)
+        self._outlook.pop(ref, None)
+        self._kept.pop(ref, None)
         self._wake_failures.pop(ref, None)
         for what in ("wake", "sleep"):
             self._failure_events.reset((ref, what))

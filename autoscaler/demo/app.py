@@ -37,6 +37,7 @@ from autoscaler.control.clock import MonotonicClock
 from autoscaler.control.held import HeldCounts, poke_at_zero
 from autoscaler.control.loop import ControlLoop
 from autoscaler.control.signals import SourceSignals
+from autoscaler.control.sleepers import SleeperController
 from autoscaler.control.state import ControllerState
 from autoscaler.control.tasks import TaskGroup
 from autoscaler.demo.cluster import NodeProvisioner, deployment, node
@@ -56,8 +57,10 @@ from autoscaler.kube.capacity import GpuCapacity
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.events import EventRecorder
 from autoscaler.kube.localapi.server import LocalKubeAPI
+from autoscaler.kube.sleep import PodSleepClient
 from autoscaler.kube.warmpool import WarmPoolManager
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
+from autoscaler.names import AWAKE_LABEL
 from autoscaler.policy.schema import load_policy
 from autoscaler.sim.traces import Trace, load_azure_csv, scale_rate
 from autoscaler.store.base import PolicyStore
@@ -225,6 +228,7 @@ async def run_demo(
         kube = LocalKubeAPI(controller=True, runtime=runtime, clock=clock.wall)
         runtime.sliced, runtime.slices = frozenset({opts.zero_name}), kube
         runtime.models[opts.zero_name] = opts.zero_name  # what the activator routes by
+        runtime.sleep_mode = frozenset({opts.zero_name})  # its sleepers wake in seconds
         await kube.start()
         stack.push_async_callback(kube.close)
         provisioner = NodeProvisioner(
@@ -234,8 +238,14 @@ async def run_demo(
         for f in specs:
             provisioner.add_ready(f.key, f.initial_nodes)
             kube.create("deployments", deployment(opts.namespace, f.name, f.key), group="apps")
-        provisioner.add_ready(ZERO_POOL, 1)
-        zero_dep = deployment(opts.namespace, opts.zero_name, ZERO_POOL, replicas=0)
+        provisioner.add_ready(ZERO_POOL, 2)  # room for its maxReplicaCount
+        zero_dep = deployment(
+            opts.namespace,
+            opts.zero_name,
+            ZERO_POOL,
+            replicas=0,
+            template_labels={AWAKE_LABEL: "true"},
+        )
         kube.create("deployments", zero_dep, group="apps")
         api = api_client_for(kube.url)
         stack.push_async_callback(api.close)
@@ -248,17 +258,25 @@ async def run_demo(
         metrics = ControllerMetrics()
         cache = ClusterCache(api)
         stack.push_async_callback(cache.stop)
+        recorder = EventRecorder(api, instance="demo", wall_clock=clock.wall)
         cluster = KubeCluster(
             api,
             cache=cache,
             capacity=GpuCapacity(cache),
             warm_pool=WarmPoolManager(api),
-            recorder=EventRecorder(api, instance="demo", wall_clock=clock.wall),
+            recorder=recorder,
             clock=clock,
         )
         stack.push_async_callback(cluster.close)
         signals = SourceSignals(PodScrapeSource(ScrapeConfig(window_s=10.0, stale_after_s=5.0)))
         stack.push_async_callback(signals.close)
+        # The model at zero keeps sleepers (ZERO_POLICY's `sleep`): emulated seconds for
+        # their TTL, and a settle time short in real seconds (the demo runs faster).
+        sleep_io = PodSleepClient(api)
+        stack.push_async_callback(sleep_io.close)
+        sleepers = SleeperController(
+            sleep_io, events=recorder, observer=metrics, wall=clock.wall, settle_s=0.1
+        )
         loop = ControlLoop(
             state,
             cluster,
@@ -267,6 +285,7 @@ async def run_demo(
             observer=metrics,
             clock=clock,
             tick_interval_s=opts.tick_s,
+            sleepers=sleepers,
         )
         # Activators push held counts (real-time TTLs); the first held request at zero
         # pokes the loop, as in `autoscaler.app.Controller`.

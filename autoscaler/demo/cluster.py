@@ -21,7 +21,13 @@ GPU = "nvidia.com/gpu"
 POOL_LABEL = "pool"
 
 
-def deployment(namespace: str, name: str, pool: str, replicas: int = 1) -> dict[str, Any]:
+def deployment(
+    namespace: str,
+    name: str,
+    pool: str,
+    replicas: int = 1,
+    template_labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
     labels = {"app": name}
     return {
         "apiVersion": "apps/v1",
@@ -31,7 +37,7 @@ def deployment(namespace: str, name: str, pool: str, replicas: int = 1) -> dict[
             "replicas": replicas,
             "selector": {"matchLabels": labels},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": {**labels, **(template_labels or {})}},
                 "spec": {
                     "nodeSelector": {POOL_LABEL: pool},
                     "containers": [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 from typing import Any, Protocol
 
 from autoscaler.emulator.fleet import EmulatorFleet
@@ -30,7 +31,14 @@ def endpoint_slice(namespace: str, pod: str, service: str, port: int) -> dict[st
         },
         "addressType": "IPv4",
         "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
-        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
+        "endpoints": [
+            {
+                "addresses": ["127.0.0.1"],
+                "conditions": {"ready": True},
+                # the pod behind the address: the activator leaves sleepers out by it
+                "targetRef": {"kind": "Pod", "namespace": namespace, "name": pod},
+            }
+        ],
     }
 
 
@@ -61,6 +69,8 @@ class EmulatorRuntime:
         self.sliced: frozenset[str] = frozenset()
         self.slices: ObjectStore | None = None
         self.models: dict[str, str] = {}  # app -> the model name its pods serve
+        # Apps whose replicas run vLLM's sleep mode (/sleep, /wake_up, /is_sleeping).
+        self.sleep_mode: frozenset[str] = frozenset()
 
     def _app(self, pod: dict[str, Any]) -> str | None:
         app = str((pod["metadata"].get("labels") or {}).get("app", ""))
@@ -78,8 +88,9 @@ class EmulatorRuntime:
         self.app_of[name] = app
         replica = self.fleet.replicas.get(name)  # idempotent: a pod starts one emulator
         if replica is None:
+            config = replace(self.fleet.defaults, sleep_mode=app in self.sleep_mode)
             replica = await self.fleet.start_replica(
-                name, cold_start_s=self.cold_start_s, model=self.models.get(app)
+                name, cold_start_s=self.cold_start_s, model=self.models.get(app), config=config
             )
         while not replica.ready:  # noqa: ASYNC110 (the emulator exposes no ready event)
             await asyncio.sleep(self.poll_s)

@@ -157,19 +157,21 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         last = reading.active
         yield pb.IsActiveResponse(result=last)
         while True:
-            # No await between the read below and entering wait_for_change: a publish in
-            # between is impossible (one event loop), so no activation change is missed.
-            await self.state.wait_for_change(self.recheck_interval_s)
+            # Read, then wait, with no await in between: a publish that landed while the
+            # last message was being sent (the generator is suspended at its yield) is
+            # seen here, and one after the read wakes the wait (one event loop).
             try:
                 active = read_target(self.state, query.ref, query.target_size).active
             except NoDataYet:
-                continue  # hold: say nothing rather than "inactive"
+                active = last  # hold: say nothing rather than "inactive"
             except (TargetUnknown, WrongMode) as err:
                 await _abort(context, err)
             if active != last:
                 last = active
                 log.info("keda_activation_pushed", target=str(query.ref), active=active)
                 yield pb.IsActiveResponse(result=active)
+                continue
+            await self.state.wait_for_change(self.recheck_interval_s)
 
     async def GetMetricSpec(
         self, request: pb.ScaledObjectRef, context: aio.ServicerContext[Any, Any]

@@ -40,7 +40,7 @@ import math
 import re
 import urllib.parse
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import aiohttp
@@ -131,9 +131,19 @@ class WorkloadPods:
 
     namespace: str
     name: str
+    # Pods left out (sleepers, docs/policy.md#sleepers: idle series that are no load).
+    excluded: tuple[str, ...] = ()
 
     def selector(self) -> str:
-        return f'namespace="{self.namespace}",pod=~"{_regex_literal(self.name)}-.*"'
+        out = f'namespace="{self.namespace}",pod=~"{_regex_literal(self.name)}-.*"'
+        return out + _exclusion(self.excluded)
+
+
+def _exclusion(pods: Sequence[str]) -> str:
+    """``,pod!~"a|b"`` for the pods left out (nothing when none)."""
+    if not pods:
+        return ""
+    return f',pod!~"{"|".join(_regex_literal(p) for p in sorted(set(pods)))}"'
 
 
 def groupable(template: str) -> bool:
@@ -154,7 +164,8 @@ def render_grouped(template: str, targets: Sequence[WorkloadPods]) -> str:
     namespaces = "|".join(sorted({t.namespace for t in targets}))
     names = sorted({_regex_literal(t.name) for t in targets}, key=lambda n: (-len(n), n))
     pods = f"({'|'.join(names)})-.*"
-    selector = f'namespace=~"{namespaces}",pod=~"{pods}"'
+    excluded = [p for t in targets for p in t.excluded]
+    selector = f'namespace=~"{namespaces}",pod=~"{pods}"' + _exclusion(excluded)
     out = template.replace("$selector", selector).replace("$by", f"namespace,{TARGET_LABEL},")
     relabel = f',"{TARGET_LABEL}","$1","pod","{pods}")'
     return out.replace("$(", "label_replace(").replace("$)", relabel)
@@ -351,6 +362,7 @@ class PrometheusSource:
         self._semaphore: asyncio.Semaphore | None = None
         self._session: aiohttp.ClientSession | None = None
         self._known: dict[str, WorkloadPods] = {}  # keys read as WorkloadPods
+        self._excluded: dict[str, tuple[str, ...]] = {}  # key -> pods left out (sleepers)
         self._batch: _Batch | None = None
         self._rendered: _Rendered | None = None
         self.queries_sent = 0  # PromQL queries posted (tests and benchmarks count them)
@@ -506,14 +518,32 @@ class PrometheusSource:
         # shield: one reader cancelled (its reconcile) must not cancel the others' fetch
         return await asyncio.shield(batch.task)
 
+    def exclude_pods(self, key: str, pods: Sequence[str]) -> None:
+        """Leave ``pods`` (names) out of ``key``'s queries from its next read on: a
+        sleeper's idle series are neither load nor capacity, and averaged in they would
+        pull the target's per-replica values down. Only for `WorkloadPods` targets (a
+        string selector is the user's own)."""
+        names = tuple(sorted(set(pods)))
+        if names:
+            self._excluded[key] = names
+        else:
+            self._excluded.pop(key, None)
+
+    def _target(self, key: str) -> str | WorkloadPods:
+        target = self._selector(key)
+        excluded = self._excluded.get(key)
+        if excluded and isinstance(target, WorkloadPods):
+            return replace(target, excluded=excluded)
+        return target
+
     def _selector_or_none(self, key: str) -> str | WorkloadPods | None:
         try:
-            return self._selector(key)
+            return self._target(key)
         except KeyError:
             return None
 
     async def read(self, key: str, pods: Sequence[PodEndpoint], now: float) -> TargetReading:
-        target = self._selector(key)
+        target = self._target(key)
         if isinstance(target, WorkloadPods) and self.grouped_queries:
             singles, batched = self._singles, [self._batched(key, target, now)]
         else:
@@ -535,6 +565,7 @@ class PrometheusSource:
     def forget(self, key: str) -> None:
         """Stop batching a deleted target."""
         self._known.pop(key, None)
+        self._excluded.pop(key, None)
 
     async def close(self) -> None:
         if self._batch is not None and self._batch.task is not None:

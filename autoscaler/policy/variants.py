@@ -274,7 +274,22 @@ def split(
             unplaced += excess
             todo[c] = LengthDemand(todo[c].max_len_tokens, max(0.0, todo[c].demand - excess))
     gap = unplaced
-    if not grew:
+    if grew:
+        # trim what this decision added and a later addition made redundant (a slice
+        # placed for a short class, then an H100 for the long one that covers both);
+        # only new pods go, never a running one for a starting one
+        for v in reversed(by_cost):
+            while added[v.name] > 0 and counts[v.name] > v.min_replicas:
+                trial = dict(counts)
+                trial[v.name] -= 1
+                if (
+                    shortfall(variants, trial, servable)
+                    > shortfall(variants, counts, servable) + 1e-9
+                ):
+                    break
+                counts = trial
+                added[v.name] -= 1
+    else:
         # scale-down: most expensive first, while the demand stays covered (never in the
         # decision that grew: new pods are not ready yet, so no swap of ready for starting)
         for v in reversed(by_cost):

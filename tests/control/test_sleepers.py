@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from autoscaler.control.adapters import status_conditions
 from autoscaler.control.clock import FakeClock
 from autoscaler.control.loop import ControlLoop
 from autoscaler.control.ports import Replica, SignalReading, TargetView
@@ -24,7 +25,12 @@ from autoscaler.control.state import ControllerState
 from autoscaler.domain import Decision, TargetRef
 from autoscaler.errors import ActuationError, ConflictError
 from autoscaler.metrics.source import PodEndpoint
-from autoscaler.names import ASLEEP_SINCE_ANNOTATION, POD_DELETION_COST_ANNOTATION, SLEEPING_LABEL
+from autoscaler.names import (
+    ASLEEP_SINCE_ANNOTATION,
+    AWAKE_LABEL,
+    POD_DELETION_COST_ANNOTATION,
+    SLEEPING_LABEL,
+)
 from autoscaler.policy.schema import Sleep, validate_policy
 from autoscaler.store.base import StoredTarget
 from autoscaler.target import TargetSpec
@@ -204,7 +210,7 @@ def make(
     spec = TargetSpec(ref=REF, policy=validate_policy(doc))
     world, demand, wall, state = World(), Demand(), Wall(), ControllerState()
     world.add(replicas)
-    ctl = SleeperController(world, events=world, wall=wall)
+    ctl = SleeperController(world, events=world, wall=wall, settle_s=0.0)
     loop = Loop(state, world, demand, clock=FakeClock(), sleepers=ctl)
     loop.set_targets([StoredTarget(spec, "1")])
     return loop, world, demand, ctl, wall, state
@@ -269,6 +275,7 @@ async def test_scale_down_sleeps_idle_replicas_keeps_replicas_and_scale_up_wakes
         pod = world.pods[name]
         assert pod.asleep and pod.cost == SLEEPER_COST
         assert pod.annotations[ASLEEP_SINCE_ANNOTATION] == f"{wall.t:.3f}"
+        assert pod.labels[AWAKE_LABEL] == "false"  # a Service selecting awake=true drops it
     # labelled before the sleep call: out of the activator's endpoints first
     assert world.calls.index("mark llama-2") < world.calls.index("sleep llama-2")
     assert world.reasons() == ["ReplicasSlept"]
@@ -291,6 +298,7 @@ async def test_scale_down_sleeps_idle_replicas_keeps_replicas_and_scale_up_wakes
     ]
     assert world.sleeping() == [] and world.writes == [4] and world.replicas == 4
     assert not any(p.asleep for p in world.pods.values())
+    assert all(world.pods[n].labels[AWAKE_LABEL] == "true" for n in ("llama-1", "llama-2"))
     assert all(POD_DELETION_COST_ANNOTATION not in p.annotations for p in world.pods.values())
     assert world.reasons()[-1] == "ReplicasWoken"
     assert (
@@ -299,6 +307,30 @@ async def test_scale_down_sleeps_idle_replicas_keeps_replicas_and_scale_up_wakes
     )
     st = state.status(REF)
     assert st is not None and st.applied_replicas == 4
+
+
+async def test_the_sleep_call_waits_the_settle_time_after_the_labels_and_wake_sets_awake_last() -> (
+    None
+):
+    """Routers drop a pod on its labels; the engine sleeps only ``settle_s`` later (what
+    they sent before arrives and finishes), and awake=true comes after the wake call."""
+    loop, world, demand, ctl, _, _ = make({"maxSleeping": 1}, replicas=2)
+    pauses: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        world.calls.append("settle")
+
+    ctl.settle_s, ctl._pause = 1.5, pause
+    demand.waiting = 4
+    await loop.tick()
+    assert pauses == [1.5]
+    assert world.calls[-3:] == ["mark llama-1", "settle", "sleep llama-1"]
+    demand.waiting = 8
+    world.calls.clear()
+    await loop.tick()
+    assert world.calls == ["wake llama-1", "mark llama-1"]  # awake=true once it serves
+    assert world.pods["llama-1"].labels == {AWAKE_LABEL: "true"}
 
 
 async def test_past_the_budget_replicas_leave_with_the_lowest_deletion_cost() -> None:
@@ -478,3 +510,61 @@ async def test_status_and_metrics_show_awake_and_sleeping_counts() -> None:
     )
     plain = Decision(0.0, 1, 1, d.reason, "", False)  # a target without sleepers: no fields
     assert "sleepingReplicas" not in status_body(plain, now_rfc3339="2026-01-01T00:00:00Z")
+
+
+async def test_sleepers_are_kept_while_a_burst_is_expected_and_released_when_none_is() -> None:
+    """Three quiet periods of 100 s, each ended by a scale-up: 50 s into the fourth, a
+    burst is expected within the TTL (kept); at 150 s no past period lasted that long, so
+    no burst is expected within it: the sleeper is deleted at once, not at the 600 s TTL."""
+    loop, world, demand, _, wall, _ = make({"maxSleeping": 2, "ttlSeconds": 600}, replicas=2)
+    demand.waiting = 4
+    await loop.tick()  # one replica's worth: llama-1 sleeps, a quiet period starts
+    for _ in range(3):
+        wall.t += 100
+        demand.waiting = 8
+        await loop.tick()  # the burst: woken, the quiet period ends after 100 s
+        assert world.sleeping() == []
+        demand.waiting = 4
+        await loop.tick()
+        assert world.sleeping() == ["llama-1"]
+    wall.t += 50
+    [d] = await loop.tick()
+    assert d.numbers["sleepers.outlook"] == 1.0  # burst-expected
+    assert (d.numbers["sleepers.outlook.comparable"], d.numbers["sleepers.outlook.gaps"]) == (3, 3)
+    assert world.replicas == 2 and "SleepersReleased" not in world.reasons()
+    reason, message, _ = world.events[-1]
+    assert reason == "SleepersKept" and message.startswith(
+        "keeping sleepers after 50 s quiet: next burst expected within ttlSeconds 600"
+    )
+    wall.t += 10
+    await loop.tick()
+    assert world.reasons().count("SleepersKept") == 1  # once per quiet period
+    wall.t -= 10
+    (keep,) = [c for c in status_conditions(d, None) if c.type == "SleeperOutlook"]
+    assert (keep.status, keep.reason) == ("True", "BurstExpected")
+    assert "3 of 3 past quiet periods longer than 50 s" in keep.message
+
+    wall.t += 100
+    [d] = await loop.tick()
+    assert d.numbers["sleepers.outlook"] == 0.0  # no-burst-expected
+    assert world.sleeping() == [] and sorted(world.pods) == ["llama-0"] and world.writes == [1]
+    reason, message, warning = world.events[-1]
+    assert reason == "SleepersReleased" and not warning
+    assert message.startswith("deleting 1 sleeper(s) (llama-1) after 150 s quiet: no burst ")
+    assert "within ttlSeconds 600: 0 of 0 past quiet periods longer than 150 s" in message
+    (release,) = [c for c in status_conditions(d, None) if c.type == "SleeperOutlook"]
+    assert (release.status, release.reason) == ("False", "NoBurstExpected")
+
+
+async def test_without_history_the_outlook_keeps_sleepers_up_to_the_ttl() -> None:
+    loop, world, demand, _, wall, _ = make({"maxSleeping": 1, "ttlSeconds": 600}, replicas=2)
+    demand.waiting = 4
+    await loop.tick()
+    wall.t += 300
+    [d] = await loop.tick()
+    assert d.numbers["sleepers.outlook"] == -1.0 and world.sleeping() == ["llama-1"]
+    (c,) = [c for c in status_conditions(d, None) if c.type == "SleeperOutlook"]
+    assert (c.status, c.reason) == ("True", "NoForecast")
+    wall.t += 300
+    await loop.tick()
+    assert world.reasons()[-1] == "SleepersDeleted"  # the TTL, as without the outlook

@@ -101,8 +101,13 @@ async def test_idle_replicas_sleep_on_scale_down_and_wake_on_scale_up() -> None:
                 await until(lambda: len(_sleeping(kube)) == 2, 20, "two sleepers")
                 asleep = _sleeping(kube)
                 assert replicas() == 3 and len(_pods(kube)) == 3
+                # labelled first (out of the endpoints), asleep after the settle time
+                await until(
+                    lambda: all(runtime.replicas[n].sleep.is_sleeping for n in asleep),
+                    10,
+                    "the engines asleep",
+                )
                 for name in asleep:
-                    assert runtime.replicas[name].sleep.is_sleeping  # the engine slept
                     pod = kube.get("pods", "llm", name)
                     assert pod is not None
                     assert pod["metadata"]["annotations"][POD_DELETION_COST_ANNOTATION] == "-100"

@@ -1,9 +1,10 @@
 """`llm-autoscaler demo --headless` from a clean process, driven like a user would: it
-prints a token and a curl line; a policy PATCH with that token changes what the demo does
-(the maximum clamps the fleet), a PATCH to keda mode hands the target to KEDA; the model at
-zero behind the activator gets its request held through the cold start, answered, and
-goes back to zero when idle; the terminal shows only the table and the summary, and the
-process exits 0."""
+prints a token and a curl line; a policy PATCH with that token changes what the demo
+does (the maximum clamps the fleet), a PATCH to keda mode hands the target to KEDA; the
+model at zero behind the activator gets its request held through the cold start,
+answered, its replicas sleep when idle, a burst wakes them in seconds, and it goes back
+to zero; the terminal shows only the table and the summary, and the process exits 0.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from autoscaler.demo.zero import ZERO_OUTPUT_TOKENS, ZERO_POLICY
+from autoscaler.demo.zero import BURST, ZERO_OUTPUT_TOKENS, ZERO_POLICY
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "/v1/targets/demo/llama-3-8b"
@@ -121,6 +122,15 @@ def test_headless_demo_takes_a_live_policy_patch_and_a_keda_switch(tmp_path: Pat
     assert zero["status"] == 200 and zero["tokens"] == ZERO_OUTPUT_TOKENS, zero
     assert zero["scaled_up_at_s"] - zero["sent_at_s"] < 20, zero  # not after the cold start
     assert zero["held_s"] >= 50 and zero["answered_at_s"] - zero["sent_at_s"] >= 50, zero
-    idle_s = zero["back_to_zero_at_s"] - zero["answered_at_s"]
-    assert idle_s >= ZERO_POLICY["cooldownPeriod"] - 2, zero
-    assert "held by the activator" in out and "back to 0 replicas" in out
+    # Idle: the replicas go to sleep (not deleted) after the idle period; the burst at
+    # zero awake wakes them all in seconds (the cold start took ~60), and every request
+    # of it is answered; idle again, the sleepers are released: 0 replicas.
+    idle_s = zero["asleep_at_s"] - zero["answered_at_s"]
+    assert idle_s >= ZERO_POLICY["cooldownPeriod"] - 2 and zero["sleepers"] >= 2, zero
+    assert (zero["awake_at_burst"], zero["asleep_at_burst"]) == (0, zero["sleepers"]), zero
+    assert zero["woken"] == zero["sleepers"] and zero["woken_in_s"] < 5, zero
+    assert zero["burst_answered"] == zero["burst"] == BURST, zero
+    assert zero["burst_held_max_s"] < 5 < 50 <= zero["held_s"], zero
+    assert zero["back_to_zero_at_s"] > zero["burst_done_at_s"], zero
+    assert "held by the activator" in out and "sleepers released: 0 replicas" in out
+    assert f"sleepers woken in {zero['woken_in_s']:.1f} s for a burst of {BURST}" in out

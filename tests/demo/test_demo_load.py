@@ -81,6 +81,20 @@ def test_summary_says_when_the_held_request_was_answered_and_when_it_went_back_t
     text = _summary_line(s, Path("s.json"), Path("d.log"))
     assert "m: request held at t=30 s, answered at t=91 s (held 60.5 s)" in text
     assert "back to 0 replicas at t=160 s" in text
+    assert "burst" not in text  # no burst in the run: no burst line
+    s["zero"] |= {
+        "burst_sent_at_s": 170.0,
+        "burst": 12,
+        "woken": 3,
+        "woken_in_s": 0.7,
+        "burst_answered": 12,
+        "burst_held_p50_s": 0.6,
+        "burst_held_max_s": 0.8,
+    }
+    text = _summary_line(s, Path("s.json"), Path("d.log"))
+    assert (
+        "burst of 12 at t=170 s: 3 sleepers woken in 0.7 s, 12 answered, held p50 0.6 s / max 0.8 s"
+    ) in text
     s["zero"] = {"model": "m", "answered_at_s": None, "error": "HTTP 404: nope"}
     assert "m: not answered in the run (HTTP 404: nope)" in _summary_line(
         s, Path("s.json"), Path("d.log")
@@ -89,6 +103,7 @@ def test_summary_says_when_the_held_request_was_answered_and_when_it_went_back_t
 
 def test_the_zero_models_policy_may_idle_to_zero() -> None:
     assert ZERO_POLICY["minReplicaCount"] == 0
+    assert ZERO_POLICY["sleep"]["maxSleeping"] >= 2  # idle replicas sleep, a burst wakes them
     assert any(m["signal"] == "waiting" for m in ZERO_POLICY["metrics"])  # held -> waiting
 
 
@@ -122,6 +137,12 @@ async def test_a_ready_pod_of_the_model_at_zero_publishes_its_slice_and_withdraw
         replica = fleet.replicas["zero-1"]
         assert obj["metadata"]["labels"] == {"kubernetes.io/service-name": "zero"}
         assert obj["ports"][0]["port"] == replica.port
+        # the pod behind the address: the activator leaves a sleeper out by its name
+        assert obj["endpoints"][0]["targetRef"] == {
+            "kind": "Pod",
+            "namespace": "demo",
+            "name": "zero-1",
+        }
         assert replica.config.model == "zero"  # the name the activator routes by
         stopping = asyncio.create_task(runtime.stop(_pod("zero-1", "zero")))
         await until(lambda: not slices.objects, 5, "the slice withdrawn as the pod leaves")

@@ -143,6 +143,34 @@ async def test_stream_pushes_activation_change_right_after_the_publish(
     stream.cancel()
 
 
+async def test_stream_sees_a_publish_made_while_its_last_message_was_being_sent(
+    state: ControllerState,
+) -> None:
+    """The stream generator is suspended at its yield while grpc sends a message; an
+    activation published then must still be pushed (it once waited for the next publish,
+    which with a 1 h recheck meant KEDA never heard of the activation)."""
+    from collections.abc import AsyncGenerator
+    from typing import Any, cast
+
+    from autoscaler.keda.server import ExternalScaler
+    from autoscaler.keda.value import parse_query, read_target
+
+    register(state, spec())
+    await publish(state, REF, t=0.0, current=0, desired=0, active=False)
+    scaler = ExternalScaler(state, recheck_interval_s=3600.0)
+    query = parse_query("chat", "llm", {})
+    stream = cast(
+        AsyncGenerator[pb.IsActiveResponse, None],
+        scaler._stream(query, read_target(state, REF, 1.0), cast(Any, None)),
+    )
+    assert (await anext(stream)).result is False  # suspended at the first yield
+    await publish(state, REF, t=1.0, current=0, desired=1, active=True)  # lands meanwhile
+    assert (await asyncio.wait_for(anext(stream), 5.0)).result is True
+    await publish(state, REF, t=2.0, current=1, desired=0, active=False)  # and again
+    assert (await asyncio.wait_for(anext(stream), 5.0)).result is False
+    await stream.aclose()
+
+
 async def test_stream_for_unknown_target_fails_at_once(
     stub: pb_grpc.ExternalScalerStub,
 ) -> None:

@@ -66,7 +66,11 @@ def test_scale_up_spills_to_the_next_variant_when_slices_run_out() -> None:
     cheap = Variant("slice", 4.0 / 7, 1.0, max_model_len=8192)
     states = {"slice": VariantState(1, free_slots=2), "h100": VariantState(0)}
     s = split([cheap, H100], states, [LengthDemand(100, 5.0)])
-    assert s.replicas == {"slice": 3, "h100": 1}
+    # slices first (1 -> 3, no slot left), then one H100; with the H100's 6 the two new
+    # slices are surplus and are not started; the running slice stays
+    assert s.replicas == {"slice": 1, "h100": 1}
+    s = split([cheap, H100], states, [LengthDemand(100, 2.5)])
+    assert s.replicas == {"slice": 3, "h100": 0}  # the free slots suffice: no H100
 
 
 def test_nothing_placeable_reports_the_unplaced_demand_and_why() -> None:
@@ -335,3 +339,23 @@ def test_plan_without_change_writes_nothing() -> None:
 def test_plan_refuses_a_negative_total() -> None:
     with pytest.raises(ConfigError, match="desired_replicas: value -1 must be >= 0"):
         plan_replicas([MIG], {"mig": VariantState(0)}, -1, now=0.0)
+
+
+def test_a_growing_split_drops_an_addition_a_later_one_made_redundant() -> None:
+    # gap-aware: the sliver of short demand (1.0) goes to the cheapest way to close it,
+    # a small replica; then ten big replicas for the long class (14.0) cover all 15
+    # alone, so the small one would be paid for nothing (found by hypothesis)
+    vs = [
+        Variant("big", 2.0, 1.5, 0, None, None),
+        Variant("small", 1.0, 0.5, 0, None, None),
+        Variant("mid", 2.0, 1.0, 0, None, None),
+    ]
+    demand = [LengthDemand(1024, 1.0), LengthDemand(4096, 14.0)]
+    s = split(vs, {v.name: VariantState(0) for v in vs}, demand, gap_aware=True)
+    assert s.replicas == {"big": 10, "small": 0, "mid": 0}
+    assert shortfall(vs, s.replicas, demand) == 0
+    # a running replica is never traded for a starting one: from small=1 running, the
+    # growth keeps it
+    running = {"big": VariantState(0), "small": VariantState(1), "mid": VariantState(0)}
+    kept = split(vs, running, demand, gap_aware=True)
+    assert kept.replicas["small"] == 1

@@ -46,7 +46,9 @@ def _shared_dir() -> Path:
 SHARED = _shared_dir()
 CACHE = REPO / ".cache" / "k8s"
 KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
-CONTROLLERS = "deployment,replicaset,garbagecollector,namespace,disruption,nodelifecycle"
+CONTROLLERS = (
+    "deployment,replicaset,garbagecollector,namespace,disruption,nodelifecycle,endpointslice"
+)
 ADMIN_TOKEN = "admin-token-for-the-real-tier"
 # What a skipped run says: how to get the binaries, not where this machine looked.
 HOW_TO_GET = (

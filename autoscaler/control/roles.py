@@ -91,8 +91,12 @@ def role_signals(readings: Mapping[Role, SignalReading]) -> RoleSignals:
 def merged_signals(readings: Mapping[Role, SignalReading]) -> dict[str, float]:
     """The signals the model's observation records: each from the role it sizes."""
     out: dict[str, float] = {}
-    for role, names in (("prefill", PREFILL_SIGNALS), ("decode", DECODE_SIGNALS)):
-        got = readings[role].signals  # type: ignore[index]
+    by_role: tuple[tuple[Role, tuple[str, ...]], ...] = (
+        ("prefill", PREFILL_SIGNALS),
+        ("decode", DECODE_SIGNALS),
+    )
+    for role, names in by_role:
+        got = readings[role].signals
         out.update({n: got[n] for n in names if n in got})
     return out
 

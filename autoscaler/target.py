@@ -53,6 +53,10 @@ class ScaleTargetRef:
 # ------------------------------------------------------------ GPU variants (issue 37)
 
 
+Role = Literal["prefill", "decode"]
+ROLES: Final[tuple[Role, ...]] = ("prefill", "decode")
+
+
 @dataclass(frozen=True, slots=True)
 class VariantSpec:
     """One Deployment of the target's model (a GPU type, a MIG slice ...). The controller
@@ -66,6 +70,24 @@ class VariantSpec:
     min_replicas: int = 0
     max_replicas: int | None = None
     max_model_len: int | None = None
+    # prefill/decode disaggregation: the role this Deployment plays (None: serves both)
+    role: Role | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RolesSpec:
+    """Per-replica targets of a target whose variants carry roles (docs/policy.md
+    "Prefill/decode roles"): prefill sized by the prompt-token rate, decode by running
+    requests and KV usage, each pushed one replica up while its latency is over its SLO;
+    ``ratio_band``: prefill replicas per decode replica (min, max), raising the lagging
+    role only."""
+
+    prompt_tokens_per_s_per_prefill: float
+    running_per_decode: float
+    kv_usage_target: float = 0.8
+    ttft_slo_s: float | None = None
+    itl_slo_s: float | None = None
+    ratio_band: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +106,7 @@ class TargetSpec:
     # writes, or one to the paused count.
     pause: Pause | None = None
     variants: tuple[VariantSpec, ...] = ()  # issue 37; empty: one Deployment
+    roles: RolesSpec | None = None  # set iff the variants carry roles (prefill, decode)
     # The policy document as the user wrote it (profile + overrides), when the spec was
     # read from one; what the stores write back. Not part of equality: ``policy`` is what
     # the target runs.
@@ -140,6 +163,7 @@ _SPEC_KEYS: Final[frozenset[str]] = frozenset(
         "selector",
         "policy",
         "variants",
+        "roles",
     }
 )
 
@@ -164,6 +188,8 @@ def target_spec_to_dict(spec: TargetSpec) -> dict[str, Any]:
         doc["selector"] = dict(spec.selector)
     if spec.variants:
         doc["variants"] = variants_to_list(spec.variants)
+    if spec.roles is not None:
+        doc["roles"] = roles_to_dict(spec.roles)
     return doc
 
 
@@ -268,6 +294,7 @@ def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = Non
         selector = None
 
     variants = parse_variants(doc.get("variants"), "variants", problems)
+    roles = parse_roles(doc.get("roles"), "roles", doc.get("variants"), "variants", problems)
 
     policy_doc = doc.get("policy", {})
     source: PolicySource | None = None
@@ -291,6 +318,7 @@ def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = Non
         engine=engine,
         selector=dict(selector) if selector is not None else None,
         variants=variants,
+        roles=roles,
     )
 
 
@@ -298,7 +326,16 @@ def target_spec_from_dict(doc: Mapping[str, Any], *, ref: TargetRef | None = Non
 
 API_VERSION = f"{CRD_GROUP}/{CRD_VERSION}"
 _TARGET_KEYS = frozenset(
-    {"scaleTargetRef", "mode", "metricsPort", "metricsPath", "engine", "selector", "variants"}
+    {
+        "scaleTargetRef",
+        "mode",
+        "metricsPort",
+        "metricsPath",
+        "engine",
+        "selector",
+        "variants",
+        "roles",
+    }
 )
 _MODES = ("direct", "keda", "advisory")
 
@@ -318,6 +355,8 @@ def spec_to_object(spec: TargetSpec) -> dict[str, Any]:
         body["selector"] = {"matchLabels": dict(spec.selector)}
     if spec.variants:
         body["variants"] = variants_to_list(spec.variants)
+    if spec.roles is not None:
+        body["roles"] = roles_to_dict(spec.roles)
     return {
         "apiVersion": API_VERSION,
         "kind": CRD_KIND,
@@ -362,6 +401,9 @@ def object_to_spec(obj: Mapping[str, Any]) -> TargetSpec:
     pause, pause_problems = parse_pause(meta.get("annotations") or {})
     problems.extend(pause_problems)
     variants = parse_variants(raw.get("variants"), "spec.variants", problems)
+    roles = parse_roles(
+        raw.get("roles"), "spec.roles", raw.get("variants"), "spec.variants", problems
+    )
     policy_doc = {k: v for k, v in raw.items() if k not in _TARGET_KEYS}
     source: PolicySource | None = None
     try:
@@ -385,6 +427,7 @@ def object_to_spec(obj: Mapping[str, Any]) -> TargetSpec:
         selector=labels,
         pause=pause,
         variants=variants,
+        roles=roles,
     )
 
 
@@ -398,6 +441,7 @@ _VARIANT_KEYS: Final[tuple[str, ...]] = (
     "minReplicas",
     "maxReplicas",
     "maxModelLen",
+    "role",
 )
 MAX_VARIANTS: Final[int] = 16
 
@@ -422,6 +466,8 @@ def variants_to_list(variants: tuple[VariantSpec, ...]) -> list[dict[str, Any]]:
             item["maxReplicas"] = v.max_replicas
         if v.max_model_len is not None:
             item["maxModelLen"] = v.max_model_len
+        if v.role is not None:
+            item["role"] = v.role
         out.append(item)
     return out
 
@@ -531,6 +577,12 @@ def parse_variants(raw: Any, where: str, problems: list[str]) -> tuple[VariantSp
         mml = item.get("maxModelLen")
         if mml is not None and not _count(mml, 1):
             problems.append(f"{at}.maxModelLen: value {mml!r} must be an integer >= 1")
+        role = item.get("role")
+        if role is not None and role not in ROLES:
+            problems.append(
+                f"{at}.role: value {role!r} must be one of {', '.join(ROLES)} (omit it: the "
+                "variant serves both)"
+            )
         if len(problems) == before:
             out.append(
                 VariantSpec(
@@ -541,9 +593,141 @@ def parse_variants(raw: Any, where: str, problems: list[str]) -> tuple[VariantSp
                     min_replicas=low,
                     max_replicas=high,
                     max_model_len=mml,
+                    role=cast(Role | None, role),
                 )
             )
     return tuple(out)
+
+
+_ROLES_KEYS: Final[tuple[str, ...]] = (
+    "promptTokensPerSecondPerPrefill",
+    "runningPerDecode",
+    "kvUsageTarget",
+    "ttftSloSeconds",
+    "itlSloSeconds",
+    "ratioBand",
+)
+
+
+def roles_to_dict(roles: RolesSpec) -> dict[str, Any]:
+    """camelCase ``roles`` block (the REST document's and the CRD's shape)."""
+    doc: dict[str, Any] = {
+        "promptTokensPerSecondPerPrefill": roles.prompt_tokens_per_s_per_prefill,
+        "runningPerDecode": roles.running_per_decode,
+        "kvUsageTarget": roles.kv_usage_target,
+    }
+    if roles.ttft_slo_s is not None:
+        doc["ttftSloSeconds"] = roles.ttft_slo_s
+    if roles.itl_slo_s is not None:
+        doc["itlSloSeconds"] = roles.itl_slo_s
+    if roles.ratio_band is not None:
+        doc["ratioBand"] = {"min": roles.ratio_band[0], "max": roles.ratio_band[1]}
+    return doc
+
+
+def _raw_roles(raw_variants: Any) -> list[Any]:
+    """The ``role`` of each variant as written (None: absent), for the pair rule."""
+    if not isinstance(raw_variants, list):
+        return []
+    return [item.get("role") if isinstance(item, Mapping) else None for item in raw_variants]
+
+
+def parse_roles(
+    raw: Any, where: str, raw_variants: Any, variants_where: str, problems: list[str]
+) -> RolesSpec | None:
+    """The ``roles`` block and the roles of the variants, checked together: roles come
+    as a pair (at least one prefill and one decode variant), never mixed with role-less
+    variants, and the block is there exactly when the variants carry roles. Each
+    problem names the field, the value and the rule."""
+    written = _raw_roles(raw_variants)
+    carried = [r for r in written if r is not None]
+    if carried:
+        for i, r in enumerate(written):
+            if r is None:
+                problems.append(
+                    f"{variants_where}[{i}].role: absent while other variants carry a role; "
+                    "roles must not mix with role-less variants (set prefill or decode)"
+                )
+        for role in ROLES:
+            if role not in carried:
+                problems.append(
+                    f"{variants_where}: roles {sorted(set(map(str, carried)))} must come as a "
+                    f"pair: at least one prefill and one decode variant (no {role} variant)"
+                )
+        if raw is None:
+            problems.append(
+                f"{where}: required when variants carry a role (the per-replica targets "
+                "promptTokensPerSecondPerPrefill and runningPerDecode)"
+            )
+            return None
+    elif raw is not None:
+        problems.append(
+            f"{where}: value {raw!r} needs variants with a role (at least one prefill and "
+            "one decode variant)"
+        )
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        problems.append(f"{where}: value {raw!r} must be an object")
+        return None
+    before = len(problems)
+    for key in raw:
+        if key not in _ROLES_KEYS:
+            problems.append(f"{where}.{key}: unknown field (allowed: {', '.join(_ROLES_KEYS)})")
+    prompt = raw.get("promptTokensPerSecondPerPrefill")
+    if not _positive_number(prompt):
+        problems.append(
+            f"{where}.promptTokensPerSecondPerPrefill: value {prompt!r} must be a number > 0 "
+            "(prompt tokens per second one prefill replica serves)"
+        )
+    running = raw.get("runningPerDecode")
+    if not _positive_number(running):
+        problems.append(
+            f"{where}.runningPerDecode: value {running!r} must be a number > 0 (running "
+            "requests one decode replica serves)"
+        )
+    kv = raw.get("kvUsageTarget", 0.8)
+    if not _positive_number(kv) or kv > 1:
+        problems.append(f"{where}.kvUsageTarget: value {kv!r} must be a number in (0, 1]")
+    slos: dict[str, float | None] = {}
+    for key in ("ttftSloSeconds", "itlSloSeconds"):
+        value = raw.get(key)
+        if value is not None and not _positive_number(value):
+            problems.append(f"{where}.{key}: value {value!r} must be a number > 0 (seconds)")
+            value = None
+        slos[key] = None if value is None else float(value)
+    band_raw = raw.get("ratioBand")
+    band: tuple[float, float] | None = None
+    if band_raw is not None:
+        if not isinstance(band_raw, Mapping):
+            problems.append(f"{where}.ratioBand: value {band_raw!r} must be an object {{min, max}}")
+        else:
+            for key in band_raw:
+                if key not in ("min", "max"):
+                    problems.append(f"{where}.ratioBand.{key}: unknown field (allowed: min, max)")
+            lo, hi = band_raw.get("min"), band_raw.get("max")
+            ok = True
+            for key, value in (("min", lo), ("max", hi)):
+                if not _positive_number(value):
+                    problems.append(
+                        f"{where}.ratioBand.{key}: value {value!r} must be a number > 0 "
+                        "(prefill replicas per decode replica)"
+                    )
+                    ok = False
+            if ok and float(cast(float, lo)) > float(cast(float, hi)):
+                problems.append(f"{where}.ratioBand.min: value {lo!r} must be <= max ({hi!r})")
+            elif ok:
+                band = (float(cast(float, lo)), float(cast(float, hi)))
+    if len(problems) != before:
+        return None
+    return RolesSpec(
+        prompt_tokens_per_s_per_prefill=float(cast(float, prompt)),
+        running_per_decode=float(cast(float, running)),
+        kv_usage_target=float(kv),
+        ttft_slo_s=slos["ttftSloSeconds"],
+        itl_slo_s=slos["itlSloSeconds"],
+        ratio_band=band,
+    )
 
 
 def variant_target(spec: TargetSpec, variant: VariantSpec) -> TargetSpec:
@@ -562,5 +746,6 @@ def variant_target(spec: TargetSpec, variant: VariantSpec) -> TargetSpec:
         scale_target_ref=variant.scale_target_ref,
         selector=None,
         variants=(),
+        roles=None,
         policy=policy,
     )

@@ -36,6 +36,7 @@ class VariantStatus:
     cost: float
     free_slots: int | None = None
     blocked: str | None = None
+    role: str | None = None  # prefill | decode: a target whose variants carry roles
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -51,12 +52,45 @@ class VariantStatus:
             doc["freeSlots"] = self.free_slots
         if self.blocked is not None:
             doc["blocked"] = self.blocked
+        if self.role is not None:
+            doc["role"] = self.role
         return doc
 
 
 def variant_summary(variants: Sequence[VariantStatus]) -> str:
-    """``h100=2,mig=3``: desired replicas per variant (the ``Variants`` column)."""
-    return ",".join(f"{v.name}={v.desired_replicas}" for v in variants)
+    """``h100=2,mig=3``: desired replicas per variant (the ``Variants`` column); with
+    roles each prefixed by its role's initial: ``P:prefill-h100=3,D:decode-h100=1``."""
+    return ",".join(
+        f"{v.role[0].upper()}:{v.name}={v.desired_replicas}"
+        if v.role
+        else f"{v.name}={v.desired_replicas}"
+        for v in variants
+    )
+
+
+def role_rows(variants: Sequence[VariantStatus]) -> list[dict[str, Any]]:
+    """``status.roles[]``: per role (in the order first seen) the sums of its variants'
+    rows: replicas, desiredReplicas (the role's decision as split), readyReplicas and
+    unschedulableReplicas. Empty when no row carries a role."""
+    rows: dict[str, dict[str, Any]] = {}
+    for v in variants:
+        if v.role is None:
+            continue
+        row = rows.setdefault(
+            v.role,
+            {
+                "role": v.role,
+                "replicas": 0,
+                "desiredReplicas": 0,
+                "readyReplicas": 0,
+                "unschedulableReplicas": 0,
+            },
+        )
+        row["replicas"] += v.replicas
+        row["desiredReplicas"] += v.desired_replicas
+        row["readyReplicas"] += v.ready_replicas
+        row["unschedulableReplicas"] += v.unschedulable_replicas
+    return list(rows.values())
 
 
 def status_body(
@@ -112,9 +146,13 @@ def status_body(
     if variants:  # a target with variants (docs/policy.md "Variants")
         status["variants"] = [v.to_dict() for v in variants]
         status["variantSummary"] = variant_summary(variants)
+        roles = role_rows(variants)
+        if roles:  # variants with roles (docs/policy.md "Prefill/decode roles")
+            status["roles"] = roles
     elif variants is None:  # variants removed from the spec: null deletes (merge patch)
         status["variants"] = None
         status["variantSummary"] = None
+        status["roles"] = None
     if observed_generation is not None:
         status["observedGeneration"] = observed_generation
     if policy is not None:

@@ -174,7 +174,7 @@ def _scale_target_ref(description: str) -> dict[str, Any]:
     }
 
 
-# GPU variants (issue 37): spec and validation only, the controller scales scaleTargetRef.
+# GPU variants and prefill/decode roles (issue 37).
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
@@ -184,8 +184,8 @@ def _variants_field() -> dict[str, Any]:
         "description": (
             "Several Deployments of the same model (GPU types, MIG slices): the model's "
             "demand is decided once and split across them, cheapest first up, most "
-            "expensive first down (docs/policy.md, Variants). Validated, not yet acted on: "
-            "the controller scales scaleTargetRef."
+            "expensive first down (docs/policy.md, Variants). Variants with a role "
+            "(prefill, decode) are decided per role and split within it."
         ),
         "type": "array",
         "maxItems": 16,
@@ -218,6 +218,13 @@ def _variants_field() -> dict[str, Any]:
                     "description": "Longest prompt + output it serves; longer requests "
                     "count only toward variants that can.",
                 },
+                "role": {
+                    "type": "string",
+                    "enum": ["prefill", "decode"],
+                    "description": "Prefill/decode disaggregation: the role this Deployment "
+                    "plays (unset: serves both). Roles come as a pair (a prefill and a "
+                    "decode variant, no role-less ones) with spec.roles set.",
+                },
             },
             "x-kubernetes-validations": [
                 {
@@ -226,6 +233,52 @@ def _variants_field() -> dict[str, Any]:
                     "message": "minReplicas must be <= maxReplicas",
                 }
             ],
+        },
+    }
+
+
+def _roles_field() -> dict[str, Any]:
+    positive = {"type": "number", "minimum": 0, "exclusiveMinimum": True}
+    return {
+        "description": (
+            "Per-replica targets when the variants carry roles (docs/policy.md, Prefill/"
+            "decode roles): prefill sized by the prompt-token rate, decode by running "
+            "requests and KV usage, each role with its own stabilisation and rate limits."
+        ),
+        "type": "object",
+        "required": ["promptTokensPerSecondPerPrefill", "runningPerDecode"],
+        "properties": {
+            "promptTokensPerSecondPerPrefill": {
+                **positive,
+                "description": "Prompt tokens per second one prefill replica serves.",
+            },
+            "runningPerDecode": {
+                **positive,
+                "description": "Running requests one decode replica serves.",
+            },
+            "kvUsageTarget": {
+                **positive,
+                "maximum": 1,
+                "description": "Mean KV-cache usage of the decode pods to size for; unset: 0.8.",
+            },
+            "ttftSloSeconds": {
+                **positive,
+                "description": "TTFT p95 over it with requests waiting: one more prefill.",
+            },
+            "itlSloSeconds": {
+                **positive,
+                "description": "ITL p95 over it: one more decode replica.",
+            },
+            "ratioBand": {
+                "description": "Prefill replicas per decode replica (min, max): the "
+                "lagging role is raised, never the other cut.",
+                "type": "object",
+                "required": ["min", "max"],
+                "properties": {"min": positive, "max": positive},
+                "x-kubernetes-validations": [
+                    {"rule": "self.min <= self.max", "message": "min must be <= max"}
+                ],
+            },
         },
     }
 
@@ -284,6 +337,7 @@ def _target_fields() -> dict[str, Any]:
             },
         },
         "variants": _variants_field(),
+        "roles": _roles_field(),
     }
 
 
@@ -354,6 +408,27 @@ def _status_schema() -> dict[str, Any]:
                         "cost": {"type": "number"},
                         "freeSlots": {"type": "integer", "minimum": 0},
                         "blocked": {"type": "string"},
+                        "role": {"type": "string", "enum": ["prefill", "decode"]},
+                    },
+                },
+            },
+            "roles": {
+                "description": (
+                    "A target whose variants carry roles: per role, the replicas of its "
+                    "variants, what the role's decision wants, ready and unschedulable "
+                    "pods; why a role held, could not grow or was raised is the Roles "
+                    "condition (docs/policy.md, Prefill/decode roles)."
+                ),
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["role"],
+                    "properties": {
+                        "role": {"type": "string", "enum": ["prefill", "decode"]},
+                        "replicas": {"type": "integer", "minimum": 0},
+                        "desiredReplicas": {"type": "integer", "minimum": 0},
+                        "readyReplicas": {"type": "integer", "minimum": 0},
+                        "unschedulableReplicas": {"type": "integer", "minimum": 0},
                     },
                 },
             },

@@ -196,3 +196,205 @@ def test_the_status_carries_per_variant_rows_and_a_summary_and_drops_them_when_r
     assert "variants" not in status_body(decision, now_rfc3339="t")  # a plain target
     cleared = status_body(decision, now_rfc3339="t", variants=None)
     assert cleared["variants"] is None and cleared["variantSummary"] is None  # merge: delete
+
+
+# ------------------------------------------------------------ prefill/decode roles
+ROLE_VARIANTS: list[dict[str, Any]] = [
+    {
+        "name": "prefill-h100",
+        "scaleTargetRef": {"kind": "Deployment", "name": "llama-prefill"},
+        "costPerReplicaHour": 4.0,
+        "role": "prefill",
+    },
+    {
+        "name": "decode-h100",
+        "scaleTargetRef": {"kind": "Deployment", "name": "llama-decode"},
+        "costPerReplicaHour": 4.0,
+        "role": "decode",
+    },
+]
+ROLES_BLOCK: dict[str, Any] = {
+    "promptTokensPerSecondPerPrefill": 2000,
+    "runningPerDecode": 16,
+    "kvUsageTarget": 0.7,
+    "ttftSloSeconds": 0.5,
+    "itlSloSeconds": 0.05,
+    "ratioBand": {"min": 0.5, "max": 2},
+}
+
+
+def _roles_doc(variants: Any, roles: Any) -> dict[str, Any]:
+    doc = _doc(variants)
+    if roles is not None:
+        doc["roles"] = roles
+    return doc
+
+
+def test_roles_survive_both_encodings_and_the_crd_accepts_them() -> None:
+    from autoscaler.target import RolesSpec
+
+    spec = target_spec_from_dict(_roles_doc(ROLE_VARIANTS, ROLES_BLOCK), ref=REF)
+    assert [v.role for v in spec.variants] == ["prefill", "decode"]
+    assert spec.roles == RolesSpec(
+        prompt_tokens_per_s_per_prefill=2000.0,
+        running_per_decode=16.0,
+        kv_usage_target=0.7,
+        ttft_slo_s=0.5,
+        itl_slo_s=0.05,
+        ratio_band=(0.5, 2.0),
+    )
+    again = target_spec_from_dict(target_spec_to_dict(spec), ref=REF)
+    assert (again.variants, again.roles) == (spec.variants, spec.roles)
+    obj = spec_to_object(spec)
+    assert not [e.message for e in crd_validator(_crd()).iter_errors(obj)]
+    back = object_to_spec(obj)
+    assert (back.variants, back.roles) == (spec.variants, spec.roles)
+    # the smallest block: kvUsageTarget defaults to 0.8, no SLOs, no band
+    small = target_spec_from_dict(
+        _roles_doc(ROLE_VARIANTS, {"promptTokensPerSecondPerPrefill": 1, "runningPerDecode": 2}),
+        ref=REF,
+    )
+    assert small.roles is not None and small.roles.kv_usage_target == 0.8
+    assert small.roles.ratio_band is None and small.roles.ttft_slo_s is None
+
+
+def _role_with(i: int, role: Any) -> list[dict[str, Any]]:
+    out = copy.deepcopy(ROLE_VARIANTS)
+    if role is None:
+        out[i].pop("role")
+    else:
+        out[i]["role"] = role
+    return out
+
+
+@pytest.mark.parametrize(
+    ("variants", "roles", "message"),
+    [
+        (
+            _role_with(0, "both"),
+            ROLES_BLOCK,
+            "variants[0].role: value 'both' must be one of prefill, decode",
+        ),
+        (
+            _role_with(1, "prefill"),
+            ROLES_BLOCK,
+            "variants: roles ['prefill'] must come as a pair: at least one prefill and one "
+            "decode variant (no decode variant)",
+        ),
+        (
+            [*ROLE_VARIANTS, VARIANTS[1]],
+            ROLES_BLOCK,
+            "variants[2].role: absent while other variants carry a role; roles must not mix",
+        ),
+        (ROLE_VARIANTS, None, "roles: required when variants carry a role"),
+        (VARIANTS, ROLES_BLOCK, "roles: value {"),
+        (
+            ROLE_VARIANTS,
+            {**ROLES_BLOCK, "promptTokensPerSecondPerPrefill": 0},
+            "roles.promptTokensPerSecondPerPrefill: value 0 must be a number > 0",
+        ),
+        (
+            ROLE_VARIANTS,
+            {**ROLES_BLOCK, "runningPerDecode": None},
+            "roles.runningPerDecode: value None must be a number > 0",
+        ),
+        (
+            ROLE_VARIANTS,
+            {**ROLES_BLOCK, "kvUsageTarget": 1.5},
+            "roles.kvUsageTarget: value 1.5 must be a number in (0, 1]",
+        ),
+        (
+            ROLE_VARIANTS,
+            {**ROLES_BLOCK, "ttftSloSeconds": -1},
+            "roles.ttftSloSeconds: value -1 must be a number > 0",
+        ),
+        (
+            ROLE_VARIANTS,
+            {**ROLES_BLOCK, "ratioBand": {"min": 3, "max": 1}},
+            "roles.ratioBand.min: value 3 must be <= max (1)",
+        ),
+        (
+            ROLE_VARIANTS,
+            {**ROLES_BLOCK, "ratioBand": {"min": 0, "max": 1}},
+            "roles.ratioBand.min: value 0 must be a number > 0",
+        ),
+        (ROLE_VARIANTS, {**ROLES_BLOCK, "ratio": 1}, "roles.ratio: unknown field"),
+    ],
+)
+def test_bad_roles_are_refused_naming_field_value_and_rule(
+    variants: Any, roles: Any, message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        target_spec_from_dict(_roles_doc(variants, roles), ref=REF)
+    assert any(p.startswith(message) for p in err.value.problems), err.value.problems
+    obj = spec_to_object(target_spec_from_dict(_doc(None), ref=REF))
+    obj["spec"]["variants"] = variants
+    if roles is not None:
+        obj["spec"]["roles"] = roles
+    with pytest.raises(ConfigError) as err:
+        object_to_spec(obj)
+    assert any(p.startswith(f"spec.{message}") for p in err.value.problems), err.value.problems
+
+
+def test_the_crd_refuses_a_bad_role_and_bad_role_targets() -> None:
+    obj = spec_to_object(target_spec_from_dict(_roles_doc(ROLE_VARIANTS, ROLES_BLOCK), ref=REF))
+    v = crd_validator(_crd())
+    bad = copy.deepcopy(obj)
+    bad["spec"]["variants"][0]["role"] = "both"
+    assert list(v.iter_errors(bad))
+    for field, value in (("runningPerDecode", 0), ("kvUsageTarget", 1.5)):
+        bad = copy.deepcopy(obj)
+        bad["spec"]["roles"][field] = value
+        assert list(v.iter_errors(bad)), field
+    missing = copy.deepcopy(obj)
+    del missing["spec"]["roles"]["promptTokensPerSecondPerPrefill"]
+    assert list(v.iter_errors(missing))
+
+
+def test_the_status_of_a_target_with_roles_sums_rows_per_role_and_fits_the_crd() -> None:
+    from autoscaler.control.adapters import roles_condition
+    from autoscaler.domain import Decision, Reason
+    from autoscaler.target_status import Condition, VariantStatus, status_body
+
+    decision = Decision(1.0, 4, 5, Reason.SCALE_UP, "prefill 2 -> 3", True)
+    rows = (
+        VariantStatus("prefill-h100", 3, 3, 2, 1, 1, 4.0, role="prefill"),
+        VariantStatus("decode-h100", 1, 1, 1, 0, 0, 4.0, role="decode"),
+        VariantStatus("decode-mig", 1, 1, 1, 0, 0, 1.33, role="decode"),
+    )
+    notes = ("prefill: 1 pod(s) Pending, not growing", "decode: rate-limited")
+    held = roles_condition(("prefill: prompt-token rate missing, holding",))
+    assert (held.status, held.reason) == ("False", "RoleHeld")
+    cond = roles_condition(notes)
+    assert (cond.status, cond.reason) == ("True", "RolesDeciding")
+    assert cond.message == "; ".join(notes)
+    status = status_body(
+        decision,
+        now_rfc3339="2026-01-01T00:00:00Z",
+        variants=rows,
+        conditions=(cond, Condition("Ready", "True", "Ready", "ok")),
+    )
+    assert status["variantSummary"] == "P:prefill-h100=3,D:decode-h100=1,D:decode-mig=1"
+    assert status["variants"][0]["role"] == "prefill"
+    assert status["roles"] == [
+        {
+            "role": "prefill",
+            "replicas": 3,
+            "desiredReplicas": 3,
+            "readyReplicas": 2,
+            "unschedulableReplicas": 1,
+        },
+        {
+            "role": "decode",
+            "replicas": 2,
+            "desiredReplicas": 2,
+            "readyReplicas": 2,
+            "unschedulableReplicas": 0,
+        },
+    ]
+    obj = spec_to_object(target_spec_from_dict(_roles_doc(ROLE_VARIANTS, ROLES_BLOCK), ref=REF))
+    obj["status"] = status
+    assert not [e.message for e in crd_validator(_crd()).iter_errors(obj)]
+    # plain variants: no roles rows
+    plain = (VariantStatus("h100", 1, 1, 1, 0, 0, 4.0),)
+    assert "roles" not in status_body(decision, now_rfc3339="t", variants=plain)

@@ -38,6 +38,7 @@ from autoscaler.policy.document import (
 from autoscaler.policy.schema import Policy
 from autoscaler.store.base import NotFound, PreconditionFailed, StoredTarget
 from autoscaler.target import TargetSpec, target_spec_from_dict, target_spec_to_dict
+from autoscaler.target_status import role_rows
 
 log = get_logger(__name__)
 # Read-modify-writes an unconditional patch retries when another writer wins in between
@@ -70,6 +71,13 @@ def _status_doc(state: ControllerState, ref: TargetRef) -> dict[str, Any] | None
         "observations": len(st.observations),
         # a target with variants (docs/policy.md "Variants"): per variant counts
         **({"variants": [v.to_dict() for v in st.variants]} if st.variants else {}),
+        # variants with roles (docs/policy.md "Prefill/decode roles"): per role counts
+        # and why a role held, could not grow or was raised
+        **(
+            {"roles": role_rows(st.variants), "roleNotes": list(st.role_notes)}
+            if st.spec.roles is not None
+            else {}
+        ),
     }
 
 

@@ -113,6 +113,8 @@ class KubeCluster:
         # targets with variants: the per-variant refs observed, and the last status rows
         self._variant_refs: dict[TargetRef, frozenset[TargetRef]] = {}
         self._variant_rows: dict[TargetRef, tuple[VariantStatus, ...]] = {}
+        # targets whose variants carry roles: why a role held, could not grow or was raised
+        self._role_notes: dict[TargetRef, tuple[str, ...]] = {}
 
     async def _owners_in(self, namespace: str) -> Mapping[tuple[str, str], str]:
         """``{(kind, name): who}`` for ``namespace``: one list per namespace per period,
@@ -207,6 +209,7 @@ class KubeCluster:
                     unschedulable_replicas=w.unschedulable_replicas,
                     free_slots=w.free_slots,
                     resource_version=w.resource_version,
+                    pods=w.pods,
                 )
                 for v, w in zip(spec.variants, views, strict=True)
             ),
@@ -318,6 +321,7 @@ class KubeCluster:
             generation,
             None if metrics is None else (metrics.available, metrics.reason),
             spec.pause,
+            self._role_notes.get(spec.ref),
         )
         now = self.clock.now()
         sent = self._status_sent.get(spec.ref)
@@ -330,6 +334,8 @@ class KubeCluster:
         overrides = overrides_condition(policy)
         if overrides is not None:
             conditions = (*conditions, overrides)
+        if spec.roles is not None:
+            conditions = (*conditions, roles_condition(self._role_notes.get(spec.ref, ())))
         try:
             await self.status.write_status(
                 spec.ref,
@@ -374,6 +380,25 @@ class KubeCluster:
                 f"{total[1]} replicas",
                 warning=False,
             )
+
+    async def record_roles(self, spec: TargetSpec, notes: Sequence[str]) -> None:
+        """A target whose variants carry roles: this tick's role notes (the ``Roles``
+        condition of the next status write) and an Event on the target for each note
+        that is new since the last tick, naming the role and the reason: Warning
+        ``RoleHeld`` (a signal missing: held, never zero) and ``RoleGrowthBlocked``
+        (Pending pods stop that role's growth only), Normal ``RoleRaised`` (the ratio
+        band) and ``RoleLatencyOverSLO``. Steady notes emit nothing again."""
+        before = self._role_notes.get(spec.ref, ())
+        self._role_notes[spec.ref] = tuple(notes)
+        emit = getattr(self.recorder, "emit", None)
+        if not callable(emit):
+            return
+        for note in notes:
+            if note in before:
+                continue
+            reason, warning = _role_event(note)
+            if reason is not None:
+                await emit(spec, reason, note, warning=warning)
 
     async def record_metrics(self, spec: TargetSpec, availability: MetricsAvailability) -> None:
         """This tick's ``MetricsAvailable`` (written with the next status) and, while blind,
@@ -424,6 +449,7 @@ class KubeCluster:
         self._metrics.pop(ref, None)
         self._blind_events.reset(ref)
         self._variant_rows.pop(ref, None)
+        self._role_notes.pop(ref, None)
         for sub in self._variant_refs.pop(ref, frozenset()):
             self.forget(sub)
 
@@ -432,6 +458,29 @@ class KubeCluster:
             task.cancel()
         if self._own_cache:
             await self.cache.stop()
+
+
+def _role_event(note: str) -> tuple[str | None, bool]:
+    """(Event reason, is a Warning) for a role note; None: no Event (behaviour limits)."""
+    if "missing" in note:
+        return "RoleHeld", True
+    if "Pending" in note:
+        return "RoleGrowthBlocked", True
+    if "ratio band" in note:
+        return "RoleRaised", False
+    if "SLO" in note:
+        return "RoleLatencyOverSLO", False
+    return None, False
+
+
+def roles_condition(notes: Sequence[str]) -> Condition:
+    """``Roles``: False (reason ``RoleHeld``) while a role holds for a missing signal,
+    True otherwise; the message lists every role note (or that both roles decide)."""
+    held = [n for n in notes if "missing" in n]
+    if held:
+        return Condition("Roles", "False", "RoleHeld", "; ".join(notes))
+    message = "; ".join(notes) or "prefill and decode decide on their own signals"
+    return Condition("Roles", "True", "RolesDeciding", message)
 
 
 def status_conditions(

@@ -32,7 +32,7 @@ import asyncio
 import functools
 import math
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from autoscaler.control.clock import Clock, MonotonicClock
@@ -48,16 +48,44 @@ from autoscaler.control.ports import (
     SleeperPort,
     TargetView,
 )
+from autoscaler.control.roles import (
+    PREFILL_SIGNALS,
+    RoleObserved,
+    has_roles,
+    merged_signals,
+    observe_role,
+    plan_role,
+    role_signals,
+    role_spec,
+    role_state,
+    role_status_rows,
+    role_targets,
+)
 from autoscaler.control.state import ControllerState, TargetStatus
 from autoscaler.control.variants import plan_for, status_rows
-from autoscaler.domain import Decision, DecisionState, Forecast, Observation, TargetRef
+from autoscaler.domain import (
+    Decision,
+    DecisionState,
+    Forecast,
+    Observation,
+    Reason,
+    TargetRef,
+)
 from autoscaler.errors import ActuationError, AutoscalerError, ConflictError
 from autoscaler.logging import get_logger
 from autoscaler.policy.core import decide, initial_state
+from autoscaler.policy.roles import (
+    RolesDecision,
+    RoleSignals,
+    RoleStep,
+    RoleTargets,
+    size_roles,
+    step_role,
+)
 from autoscaler.policy.status import metrics_availability, paused_decision
 from autoscaler.policy.variants import VariantChange, VariantPlan
 from autoscaler.store.base import StoredTarget
-from autoscaler.target import TargetSpec, variant_target
+from autoscaler.target import ROLES, Role, TargetSpec, variant_target
 
 log = get_logger(__name__)
 
@@ -113,6 +141,9 @@ class ControlLoop:
         # Sharded with scope "held": reconcile only the targets this replica writes.
         self.decides = decides
         self._decision_states: dict[TargetRef, DecisionState] = {}
+        # a target whose variants carry roles: one decision state per role (HPA behaviour
+        # per role, docs/policy.md "Prefill/decode roles")
+        self._role_states: dict[tuple[TargetRef, Role], DecisionState] = {}
         self._planners: dict[TargetRef, PlannerPort] = {}
         self._next_due: dict[TargetRef, float] = {}
         self._failing: dict[TargetRef, int] = {}  # consecutive failed reconciles per target
@@ -161,6 +192,11 @@ class ControlLoop:
             forget = getattr(part, "forget", None)
             if callable(forget):
                 forget(ref)
+        for role in ROLES:  # a target with roles: its per-role reads and states
+            self._role_states.pop((ref, role), None)
+            forget = getattr(self.signals, "forget", None)
+            if callable(forget):
+                forget(TargetRef(ref.namespace, f"{ref.name}//{role}"))
 
     # -- loop -----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -402,6 +438,8 @@ class ControlLoop:
         spec = st.spec
         now = self.clock.now()
         view = await self._observe(spec)
+        if has_roles(spec):
+            return await self._reconcile_roles(st, spec, view, now)
         reading = await self._read_signals(spec, view, now)
         planner = self._planner(spec)
         forecast = None
@@ -414,15 +452,7 @@ class ControlLoop:
             prev = initial_state(obs.current_replicas, now)  # initial recommendation
         decision, new_state = self._decide(spec, obs, prev, now)
 
-        # Only the holder of the target's Lease writes anything for it (replicas, warm
-        # pool, status, Events); the others decide and publish.
-        holder = self.leader.can_write(ref)
-        can_write = holder and spec.mode == "direct" and not self.dry_run
-        if view.owner_conflict is not None and spec.mode == "direct":
-            st.condition = f"OwnershipConflict: {view.owner_conflict}"
-            can_write = False
-        elif st.condition and st.condition.startswith("OwnershipConflict"):
-            st.condition = None
+        holder, can_write = self._may_write(st, view)
         applied = False
         frozen = spec.pause is not None  # a paused target's warm pool is left as it is
         # Variants: the one decision split over the Deployments (docs/policy.md "Variants")
@@ -487,6 +517,139 @@ class ControlLoop:
             self.observer.observe_decision(ref, decision)
         self._log_decision(ref, before, decision, applied)
         return decision
+
+    def _may_write(self, st: TargetStatus, view: TargetView) -> tuple[bool, bool]:
+        """(holder, can_write). Only the holder of the target's Lease writes anything for
+        it (replicas, warm pool, status, Events); the others decide and publish. Replicas
+        only in direct mode, outside dry-run, and while no HPA/ScaledObject owns it."""
+        spec = st.spec
+        holder = self.leader.can_write(spec.ref)
+        can_write = holder and spec.mode == "direct" and not self.dry_run
+        if view.owner_conflict is not None and spec.mode == "direct":
+            st.condition = f"OwnershipConflict: {view.owner_conflict}"
+            can_write = False
+        elif st.condition and st.condition.startswith("OwnershipConflict"):
+            st.condition = None
+        return holder, can_write
+
+    # -- prefill/decode roles ---------------------------------------------------------------
+    async def _read_role(
+        self, spec: TargetSpec, role: Role, view: TargetView, now: float
+    ) -> SignalReading:
+        """The role's pods, read under a key of the role's own (`role_ref`); missing,
+        never zero, when the source fails."""
+        try:
+            reading = await self.signals.read(role_spec(spec, role), view, now)
+        except AutoscalerError as err:
+            reading = SignalReading(signals={}, pods_read=0, errors=(f"{role}: {err}",))
+        if reading.errors and self.observer is not None:
+            self.observer.observe_scrape_error(spec.ref)
+        return reading
+
+    async def _reconcile_roles(
+        self, st: TargetStatus, spec: TargetSpec, view: TargetView, now: float
+    ) -> Decision:
+        """A target whose variants carry roles (docs/policy.md "Prefill/decode roles"):
+        per role its pods' signals, `size_roles` for both, then each role's own HPA
+        behaviour (`step_role`, state per role) and its own split over its variants.
+        One role's unschedulable pods stop that role's growth only. Writes only the
+        variants that move; a conflict leaves the rest to the next tick (re-read)."""
+        ref = spec.ref
+        observed = {role: observe_role(spec, view, role) for role in ROLES}
+        readings = {
+            role: await self._read_role(spec, role, observed[role].view, now) for role in ROLES
+        }
+        signals = role_signals(readings)
+        targets = role_targets(spec)
+        sized = size_roles(
+            signals, targets, role_state(observed["prefill"]), role_state(observed["decode"])
+        )
+        steps: dict[Role, RoleStep] = {}
+        for role in ROLES:
+            o = observed[role]
+            prev = self._role_states.get((ref, role))
+            if prev is None:  # first reconcile here: HPA's initial recommendation
+                prev = initial_state(o.replicas, now)
+            steps[role] = step_role(
+                spec.policy.behavior,
+                sized.prefill if role == "prefill" else sized.decode,
+                o.replicas,
+                o.ready,
+                prev,
+                now,
+                floor=targets.min_prefill if role == "prefill" else targets.min_decode,
+                cold_start_guard=spec.policy.cold_start_guard.enabled,
+            )
+            self._role_states[(ref, role)] = steps[role].state
+        plans = {role: plan_role(spec, view, role, steps[role].desired, now) for role in ROLES}
+        decision, lines = _roles_decision(now, targets, observed, signals, sized, steps)
+        holder, can_write = self._may_write(st, view)
+        written: list[VariantChange] = []
+        if can_write and spec.pause is None:
+            written = await self._apply_roles(spec, view, plans, lines)
+        st.variants = role_status_rows(spec, view, plans)
+        st.role_notes = _role_notes(sized, steps)
+        if written:
+            st.applied_replicas = decision.desired_replicas
+        merged = SignalReading(
+            signals=merged_signals(readings),
+            pods_read=sum(r.pods_read or 0 for r in readings.values()),
+            errors=tuple(e for r in readings.values() for e in r.errors),
+        )
+        if holder:
+            await self._report_metrics(spec, view, merged)
+        try:
+            if holder:
+                await self._record_variants(spec, st, tuple(written), decision)
+                report = getattr(self.cluster, "record_roles", None)
+                if callable(report):
+                    await report(spec, st.role_notes)
+                await self.cluster.record(spec, decision, False)
+        except AutoscalerError as err:
+            log.warning("recording decision failed", target=str(ref), error=str(err))
+        obs = _observation(now, view, merged, None)
+        before = st.last_decision
+        await self.state.publish(ref, obs, decision)
+        if self.observer is not None:
+            self.observer.observe_decision(ref, decision)
+        self._log_decision(ref, before, decision, bool(written))
+        return decision
+
+    async def _apply_roles(
+        self,
+        spec: TargetSpec,
+        view: TargetView,
+        plans: dict[Role, VariantPlan],
+        lines: dict[Role, str],
+    ) -> list[VariantChange]:
+        """Write each variant whose replicas move (prefill's first), with the
+        resourceVersion read; each change's message names its role and why. On a
+        conflict or an error the rest waits for the next tick (which re-reads)."""
+        by_name = {v.name: v for v in spec.variants}
+        versions = {v.name: v.resource_version for v in view.variants}
+        written: list[VariantChange] = []
+        for role in ROLES:
+            for change in plans[role].changes:
+                try:
+                    await self.cluster.scale(
+                        variant_target(spec, by_name[change.name]),
+                        change.to_replicas,
+                        versions[change.name],
+                    )
+                except (ConflictError, ActuationError) as err:
+                    log.warning(
+                        "role variant scale failed; the rest waits for the next tick",
+                        target=str(spec.ref),
+                        role=role,
+                        variant=change.name,
+                        error=str(err),
+                    )
+                    if self.observer is not None:
+                        kind = "conflict" if isinstance(err, ConflictError) else "error"
+                        self.observer.observe_scale_failure(spec.ref, kind)
+                    return written
+                written.append(replace(change, message=f"{change.message}; {lines[role]}"))
+        return written
 
     async def _record_variants(
         self,
@@ -749,3 +912,105 @@ def _sleeper_numbers(decision: Decision, sleeping: int | None) -> dict[str, floa
         "sleepers.sleeping": float(sleeping),
         "sleepers.awake": float(decision.current_replicas),
     }
+
+
+def _role_why(role: Role, signals: RoleSignals, targets: RoleTargets) -> str:
+    """What sized the role, in its own units."""
+    if role == "prefill":
+        if signals.prompt_tokens_per_s is None:
+            return "prompt-token rate missing"
+        why = (
+            f"prompt tokens {signals.prompt_tokens_per_s:.0f}/s at "
+            f"{targets.prompt_tokens_per_s_per_prefill:g}/s per replica"
+        )
+        if signals.ttft_p90_s is not None:
+            why += f", TTFT p95 {signals.ttft_p90_s:.3g}s"
+        return why
+    parts = []
+    if signals.running is not None:
+        parts.append(f"running {signals.running:g} at {targets.running_per_decode:g} per replica")
+    if signals.kv_usage is not None:
+        parts.append(f"KV usage {signals.kv_usage:.2f} (target {targets.kv_usage_target:g})")
+    if signals.itl_p90_s is not None:
+        parts.append(f"ITL p95 {signals.itl_p90_s:.3g}s")
+    return ", ".join(parts) or "running and KV usage missing"
+
+
+def _role_notes(sized: RolesDecision, steps: Mapping[Role, RoleStep]) -> tuple[str, ...]:
+    """Why a role held, could not grow or was raised (`size_roles`), and the limits its
+    own behaviour applied."""
+    limits = [f"{role}: {limit}" for role in ROLES for limit in steps[role].limits]
+    return (*sized.notes, *limits)
+
+
+def _roles_decision(
+    now: float,
+    targets: RoleTargets,
+    observed: Mapping[Role, RoleObserved],
+    signals: RoleSignals,
+    sized: RolesDecision,
+    steps: Mapping[Role, RoleStep],
+) -> tuple[Decision, dict[Role, str]]:
+    """The model's decision as published (REST, status, history): the sums of both
+    roles, a message per role, ``roles.<role>.*`` numbers; and per role the line its
+    variants' Events carry."""
+    cur = sum(observed[r].replicas for r in ROLES)
+    desired = sum(steps[r].desired for r in ROLES)
+    lines: dict[Role, str] = {}
+    numbers: dict[str, float] = {}
+    for role in ROLES:
+        o, step = observed[role], steps[role]
+        move = (
+            f"{o.replicas} -> {step.desired}"
+            if step.desired != o.replicas
+            else f"hold at {o.replicas}"
+        )
+        lines[role] = f"role {role} {move}: {_role_why(role, signals, targets)}"
+        numbers[f"roles.{role}.replicas"] = float(o.replicas)
+        numbers[f"roles.{role}.desired"] = float(step.desired)
+        numbers[f"roles.{role}.sized"] = float(sized.prefill if role == "prefill" else sized.decode)
+        numbers[f"roles.{role}.ready"] = float(o.ready)
+        numbers[f"roles.{role}.unschedulable"] = float(o.unschedulable)
+    for name, value in (
+        ("prompt_tokens_per_s", signals.prompt_tokens_per_s),
+        ("waiting", signals.waiting),
+        ("ttft_p95_s", signals.ttft_p90_s),
+        ("running", signals.running),
+        ("kv_cache_usage", signals.kv_usage),
+        ("itl_p95_s", signals.itl_p90_s),
+    ):
+        if value is not None:
+            numbers[f"roles.{'prefill' if name in PREFILL_SIGNALS else 'decode'}.{name}"] = value
+    notes = _role_notes(sized, steps)
+    ups = [r for r in ROLES if steps[r].desired > observed[r].replicas]
+    downs = [r for r in ROLES if steps[r].desired < observed[r].replicas]
+    limits = [lim for r in ROLES for lim in steps[r].limits]
+    if ups:
+        reason = Reason.SCALE_UP
+    elif downs:
+        reason = Reason.SCALE_DOWN
+    elif any("missing" in n for n in sized.notes):
+        reason = Reason.HOLD_MISSING_DATA
+    elif limits:
+        reason = Reason(limits[-1])
+    else:
+        reason = Reason.STEADY
+    message = "; ".join(lines[r] for r in ROLES)
+    if notes:
+        message += " (" + "; ".join(notes) + ")"
+    active = bool(
+        (signals.prompt_tokens_per_s or 0) > 0
+        or (signals.waiting or 0) > 0
+        or (signals.running or 0) > 0
+    )
+    decision = Decision(
+        t=now,
+        current_replicas=cur,
+        desired_replicas=desired,
+        reason=reason,
+        message=message,
+        active=active,
+        numbers=numbers,
+        limits=tuple(Reason(lim) for lim in dict.fromkeys(limits)),
+    )
+    return decision, lines

@@ -41,6 +41,7 @@ class VariantView:
     unschedulable_replicas: int = 0
     free_slots: int | None = None
     resource_version: str = ""
+    pods: tuple[PodEndpoint, ...] = ()  # its ready pods (per-role signals read these)
 
 
 @dataclass(frozen=True, slots=True)

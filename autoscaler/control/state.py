@@ -37,6 +37,8 @@ class TargetStatus:
     condition: str | None = None  # e.g. "OwnedByHPA: ..." when we refuse to act
     # a target with variants: per variant, observed counts and the split's (REST, status)
     variants: tuple[VariantStatus, ...] = ()
+    # variants with roles: why a role held, could not grow or was raised (REST, status)
+    role_notes: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:

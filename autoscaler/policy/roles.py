@@ -12,15 +12,25 @@ load is coupled, sized independently within a ratio band.
 - A signal a role needs that is missing holds that role's replicas (missing is never
   zero) and says so.
 
-Pure: no I/O, no clock. Stabilisation and rate limits stay the caller's, per role.
+Pure: no I/O, no clock. `step_role` applies HPA's stabilisation windows and rate limits
+to one role's count with that role's own state (the controller keeps one per role).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from autoscaler.domain import DecisionState, ScaleEvent, TimedValue
 from autoscaler.errors import ConfigError
+from autoscaler.policy.behavior import (
+    ready_step_limit,
+    resolve,
+    scale_down_limit,
+    scale_up_limit,
+    stabilize,
+)
+from autoscaler.policy.schema import Behavior
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,3 +165,82 @@ def size_roles(
         notes.append(f"decode: {decode.pending} pod(s) Pending, not growing")
         d = decode.replicas
     return RolesDecision(prefill=p, decode=d, notes=tuple(notes))
+
+
+# ------------------------------------------------------------ per-role HPA behaviour
+
+
+@dataclass(frozen=True, slots=True)
+class RoleStep:
+    """One role's count after its own stabilisation windows and rate limits."""
+
+    desired: int
+    state: DecisionState
+    limits: tuple[str, ...]  # stabilized | rate-limited | waiting-for-ready
+
+
+def _observed(state: DecisionState, current: int, now: float) -> DecisionState:
+    """The role's replica changes as observed: one that matches the last advice keeps the
+    time it was decided (as HPA stamps its own rescales), any other is stamped now."""
+    last, pending = state.last_replicas, state.pending
+    state = replace(state, last_replicas=current, pending=None)
+    if last is None or last == current:
+        return state
+    if pending is not None and last + pending.change == current:
+        event = pending
+    else:
+        event = ScaleEvent(t=now, change=current - last)
+    return replace(state, events=(*state.events, event))
+
+
+def step_role(
+    behavior: Behavior,
+    sized: int,
+    current: int,
+    ready: int,
+    state: DecisionState,
+    now: float,
+    *,
+    floor: int = 1,
+    cold_start_guard: bool = True,
+) -> RoleStep:
+    """HPA's behaviour for one role: ``sized`` (`size_roles`' count for it) stabilised
+    over the role's own recommendations (scale-up: the min in its window, scale-down: the
+    max), then its own rate policies over its own observed changes, then (with
+    ``cold_start_guard``) at most one policy step beyond its ready replicas. Never below
+    ``floor`` on the way down, never beyond ``sized`` or below ``current`` when growing
+    (Pending pods, which `size_roles` already held, stay held). Pure: ``now`` passed in."""
+    up, down = resolve(behavior)
+    state = _observed(state, current, now)
+    keep_recs = max(up.stabilization_window_s, down.stabilization_window_s)
+    keep_events = max(up.longest_period_s, down.longest_period_s)
+    history = tuple(r for r in state.recommendations if r.t > now - keep_recs)
+    state = replace(
+        state,
+        recommendations=(*history, TimedValue(now, float(sized))),
+        events=tuple(e for e in state.events if e.t > now - keep_events),
+    )
+    limits: list[str] = []
+    stabilized = stabilize(sized, current, history, up, down, now)
+    if stabilized != sized:
+        limits.append("stabilized")
+    desired = stabilized
+    if stabilized > current:
+        allowed = max(scale_up_limit(current, state.events, up, now), current)
+        if cold_start_guard:
+            guard = max(ready_step_limit(ready, up), current)
+            if guard < min(allowed, stabilized):
+                limits.append("waiting-for-ready")
+            allowed = min(allowed, guard)
+        if stabilized > allowed:
+            if "waiting-for-ready" not in limits:
+                limits.append("rate-limited")
+            desired = allowed
+    elif stabilized < current:
+        allowed = max(min(scale_down_limit(current, state.events, down, now), current), floor)
+        if stabilized < allowed:
+            limits.append("rate-limited")
+            desired = allowed
+    if desired != current:
+        state = replace(state, pending=ScaleEvent(t=now, change=desired - current))
+    return RoleStep(desired=desired, state=state, limits=tuple(limits))

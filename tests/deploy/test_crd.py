@@ -21,6 +21,7 @@ TARGET_FIELDS = {
     "engine",
     "selector",
     "variants",
+    "roles",
 }
 gen_crd = load_script("gen_crd")
 
@@ -427,7 +428,8 @@ def test_a_document_the_rest_api_accepts_the_crd_accepts_and_vice_versa_per_fiel
         text = str(err.value)
         cross_field = re.search(
             r"must be <=|must be <|repeated|fraction|per-replica|is not a label key"
-            r"|applies only to a target that may go to zero|conflicts with idleReplicaCount",
+            r"|applies only to a target that may go to zero|conflicts with idleReplicaCount"
+            r"|must come as a pair|needs variants with a role|must not mix",
             text,
         )
         assert value is None or cross_field, f"{path}={value!r}: only REST refuses: {text}"

@@ -113,3 +113,45 @@ def test_roles_stay_within_bounds_and_cover_their_own_need(
         lo, hi = band
         # lo <= 1 <= hi here, so whole replicas can always meet the band
         assert lo * r.decode - 1e-9 <= r.prefill <= hi * r.decode + 1e-9
+
+
+# ------------------------------------------------------------ step_role: HPA per role
+from autoscaler.policy.core import initial_state  # noqa: E402
+from autoscaler.policy.roles import step_role  # noqa: E402
+from autoscaler.policy.schema import Behavior  # noqa: E402
+
+
+def _behavior(down_window_s: int, per_period: int = 10, period_s: int = 15) -> Behavior:
+    rules = {"policies": [{"type": "Pods", "value": per_period, "periodSeconds": period_s}]}
+    return Behavior.model_validate(
+        {
+            "scaleUp": {"stabilizationWindowSeconds": 0, **rules},
+            "scaleDown": {"stabilizationWindowSeconds": down_window_s, **rules},
+        }
+    )
+
+
+def test_step_role_holds_a_scale_down_for_its_window_then_follows() -> None:
+    b = _behavior(down_window_s=30)
+    s = initial_state(4, 0.0)
+    step = step_role(b, 1, 4, 4, s, 10.0)
+    assert (step.desired, step.limits) == (4, ("stabilized",))  # the 4 at t=0 is in window
+    step = step_role(b, 1, 4, 4, step.state, 31.0)
+    assert step.desired == 1
+
+
+def test_step_role_rate_limits_growth_and_keeps_the_floor_on_the_way_down() -> None:
+    b = _behavior(down_window_s=0, per_period=1, period_s=60)
+    step = step_role(b, 5, 2, 2, initial_state(2, 0.0), 0.0, cold_start_guard=False)
+    assert (step.desired, step.limits) == (3, ("rate-limited",))
+    # the write happened: observed next tick, the period counts it
+    step = step_role(b, 5, 3, 3, step.state, 10.0, cold_start_guard=False)
+    assert (step.desired, step.limits) == (3, ("rate-limited",))
+    down = step_role(b, 0, 3, 3, initial_state(3, 0.0), 0.0, floor=2)
+    assert down.desired == 2
+
+
+def test_step_role_waits_for_ready_replicas_when_the_guard_is_on() -> None:
+    b = _behavior(down_window_s=0, per_period=4, period_s=15)
+    step = step_role(b, 8, 4, 1, initial_state(4, 0.0), 0.0)  # 1 of 4 ready: 1 + 4 = 5
+    assert (step.desired, step.limits) == (5, ("waiting-for-ready",))

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 from autoscaler.forecast.robust import check_finite, check_positive, quantile_sorted
 
-
 _EPS = 1e-9  # a quantile of exactly N replicas asks for N, not N + 1
 
 

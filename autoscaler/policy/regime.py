@@ -18,6 +18,17 @@ def describe(numbers: Mapping[str, float]) -> str | None:
     window_min = numbers["regime.window_s"] / 60.0
     level = numbers["regime.level_replicas"]
     burst = numbers.get("regime.burst_replicas", 0.0)
+    fleet = numbers.get("regime.fleet_replicas")
+    if numbers.get("regime.fleet") == 1.0 and fleet is not None:
+        length = numbers.get("regime.burst_length_s", 0.0)
+        cold = numbers.get("regime.cold_start_s", 0.0)
+        return (
+            f"fleet: the smoothed demand ({level:.1f} replicas) moved {spread:.2f} replicas "
+            f"over {window_min:.0f} min while bursts rose {burst:.1f} replicas above it and "
+            f"lasted {length:.0f} s, shorter than the {cold:.0f} s cold start: holding the "
+            f"learned fleet of {fleet:.0f} replicas (a high quantile of the demand) and "
+            "buying none for bursts, which end before a new replica is Ready"
+        )
     if numbers["regime.steady"] == 1.0:
         hold_min = numbers.get("regime.scale_down_window_s", 0.0) / 60.0
         return (

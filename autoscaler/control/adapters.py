@@ -17,6 +17,8 @@ from autoscaler.kube.events import EventLimiter
 from autoscaler.kube.scale import ScaleClient, ScaleInfo, WorkloadRecord
 from autoscaler.logging import get_logger
 from autoscaler.metrics.source import PodEndpoint
+from autoscaler.policy.regime import describe as describe_regime
+from autoscaler.policy.regime import regime_name
 from autoscaler.policy.status import (
     MetricsAvailability,
     PolicyStatus,
@@ -244,6 +246,7 @@ class KubeCluster:
             generation,
             None if metrics is None else (metrics.available, metrics.reason),
             spec.pause,
+            regime_name(decision.numbers),
         )
         now = self.clock.now()
         sent = self._status_sent.get(spec.ref)
@@ -332,7 +335,8 @@ def status_conditions(
     targets, as KEDA's ScaledObject reports it; Unknown, never Idle, when nothing was
     read), Actuating (the decision is applied), and with ``metrics``: MetricsAvailable
     (could any signal be read, else why) and Fallback (``fallback.replicas`` drives the
-    count)."""
+    count); with prediction on, LoadRegime (the learned regime as its reason: Fleet, Steady
+    or Following, and why in the message, `policy.regime.describe`)."""
     active = Condition(*_fields(active_fields(decision.active, metrics)))
     seen: tuple[Condition, ...] = ()
     if metrics is not None:
@@ -341,6 +345,9 @@ def status_conditions(
             Condition("MetricsAvailable", metrics.status, metrics.reason, metrics.message),
             Condition(*_fields(fallback)),
         )
+    regime, why = regime_name(decision.numbers), describe_regime(decision.numbers)
+    if regime is not None and why is not None:
+        seen = (*seen, Condition("LoadRegime", "True", regime, why))
     if owner:
         return (
             Condition("Ready", "False", "OwnedByOtherAutoscaler", owner),

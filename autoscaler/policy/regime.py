@@ -10,6 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 
+def regime_name(numbers: Mapping[str, float]) -> str | None:
+    """``Fleet``, ``Steady`` or ``Following`` (the ``LoadRegime`` condition's reason; None
+    when the decision had no forecast). ``Fleet`` wins when both hold: it is the one that
+    changes the scale-up side."""
+    if "regime.steady" not in numbers:
+        return None
+    if numbers.get("regime.fleet") == 1.0 and "regime.fleet_replicas" in numbers:
+        return "Fleet"
+    return "Steady" if numbers["regime.steady"] == 1.0 else "Following"
+
+
 def describe(numbers: Mapping[str, float]) -> str | None:
     """One sentence on the regime a decision's numbers show, and why (None without)."""
     if "regime.steady" not in numbers:

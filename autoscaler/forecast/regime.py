@@ -1,6 +1,6 @@
 """The load regime of one target, learned from its own history (issue 36).
 
-Two regimes, judged on the demand in replicas (each signal over its per-replica
+Regimes judged on the demand in replicas (each signal over its per-replica
 capacity, the largest: what the decision core asks for) smoothed over ``level_tau_s``:
 
 - ``steady``: over the last ``window_s`` the smoothed level stayed within
@@ -12,6 +12,13 @@ capacity, the largest: what the decision core asks for) smoothed over ``level_ta
   costs less for the same misses. The decision then holds for ``hold_window_s`` before
   scaling down. (A flat level without such bursts is followed: there is little to
   chase, and a long hold would only lag a slow daily ramp.)
+- ``fleet`` (alongside the others, learned after ``fleet_min_history_s``): the level is
+  flat as for ``steady``, bursts reach ``burst_replicas`` above it, and they last
+  (excursions ``excursion_replicas`` above the level, time-weighted length) less than the
+  cold start: a replica bought for one is Ready after it ended. The decision holds the
+  learned fleet (``regime.fleet_replicas``: the ``fleet_quantile`` of the demand over
+  ``fleet_window_s``, rounded up, slow to come down) and buys no replica for a burst:
+  the count a right-sized fixed fleet would hold, found online.
 - ``following`` (otherwise, and until ``window_s`` of history exists): the level moves
   (a daily ramp, a drift), so the count follows it under the policy's own windows.
 

@@ -412,6 +412,7 @@ def _behavior(
 VARIANTS: dict[str, tuple[Policy | None, RegimeConfig | None, float | None]] = {
     "ours (defaults)": (None, None, None),
     "regime off (never steady)": (None, RegimeConfig(burst_replicas=1e9), None),
+    "fleet regime off": (None, RegimeConfig(fleet_quantile=None), None),
     "regime window 900 s": (None, RegimeConfig(window_s=900.0), None),
     "regime window 900 s, hold 900 s": (
         None,

@@ -17,6 +17,8 @@ from autoscaler.kube.events import EventLimiter
 from autoscaler.kube.scale import ScaleClient, ScaleInfo, WorkloadRecord
 from autoscaler.logging import get_logger
 from autoscaler.metrics.source import PodEndpoint
+from autoscaler.policy.regime import describe as describe_regime
+from autoscaler.policy.regime import regime_name
 from autoscaler.policy.sleepers import Outlook
 from autoscaler.policy.status import (
     MetricsAvailability,
@@ -322,6 +324,7 @@ class KubeCluster:
             None if metrics is None else (metrics.available, metrics.reason),
             spec.pause,
             self._role_notes.get(spec.ref),
+            regime_name(decision.numbers),
         )
         now = self.clock.now()
         sent = self._status_sent.get(spec.ref)
@@ -490,7 +493,8 @@ def status_conditions(
     targets, as KEDA's ScaledObject reports it; Unknown, never Idle, when nothing was
     read), Actuating (the decision is applied), and with ``metrics``: MetricsAvailable
     (could any signal be read, else why) and Fallback (``fallback.replicas`` drives the
-    count)."""
+    count); with prediction on, LoadRegime (the learned regime as its reason: Fleet, Steady
+    or Following, and why in the message, `policy.regime.describe`)."""
     active = Condition(*_fields(active_fields(decision.active, metrics)))
     seen: tuple[Condition, ...] = ()
     look = Outlook.from_numbers(decision.numbers)
@@ -507,6 +511,9 @@ def status_conditions(
             Condition(*_fields(fallback)),
             *seen,
         )
+    regime, why = regime_name(decision.numbers), describe_regime(decision.numbers)
+    if regime is not None and why is not None:
+        seen = (*seen, Condition("LoadRegime", "True", regime, why))
     if owner:
         return (
             Condition("Ready", "False", "OwnedByOtherAutoscaler", owner),

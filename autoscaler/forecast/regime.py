@@ -1,6 +1,6 @@
 """The load regime of one target, learned from its own history (issue 36).
 
-Two regimes, judged on the demand in replicas (each signal over its per-replica
+Regimes judged on the demand in replicas (each signal over its per-replica
 capacity, the largest: what the decision core asks for) smoothed over ``level_tau_s``:
 
 - ``steady``: over the last ``window_s`` the smoothed level stayed within
@@ -12,6 +12,13 @@ capacity, the largest: what the decision core asks for) smoothed over ``level_ta
   costs less for the same misses. The decision then holds for ``hold_window_s`` before
   scaling down. (A flat level without such bursts is followed: there is little to
   chase, and a long hold would only lag a slow daily ramp.)
+- ``fleet`` (alongside the others, learned after ``fleet_min_history_s``): the level is
+  flat as for ``steady``, bursts reach ``burst_replicas`` above it, and they last
+  (excursions ``excursion_replicas`` above the level, time-weighted length) less than the
+  cold start: a replica bought for one is Ready after it ended. The decision holds the
+  learned fleet (``regime.fleet_replicas``: the ``fleet_quantile`` of the demand over
+  ``fleet_window_s``, rounded up, slow to come down) and buys no replica for a burst:
+  the count a right-sized fixed fleet would hold, found online.
 - ``following`` (otherwise, and until ``window_s`` of history exists): the level moves
   (a daily ramp, a drift), so the count follows it under the policy's own windows.
 
@@ -32,7 +39,9 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from autoscaler.forecast.robust import check_finite, check_positive
+from autoscaler.forecast.robust import check_finite, check_positive, quantile_sorted
+
+_EPS = 1e-9  # a quantile of exactly N replicas asks for N, not N + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +57,15 @@ class RegimeConfig:
     # opt-in (measured against the frontier, not a default: docs/benchmarks.md): when
     # bursts outlast the cold start, release one cold start after the demand drops
     release_long_bursts: bool = False
+    # the fleet regime: a flat level with bursts shorter than the cold start holds the
+    # count a right-sized fixed fleet would (the quantile of the demand over
+    # fleet_window_s) and does not buy replicas for bursts; None: never
+    fleet_quantile: float | None = 0.95
+    fleet_window_s: float = 1800.0
+    fleet_sample_s: float = 10.0
+    fleet_min_history_s: float = 600.0
+    fleet_min_bursts: int = 3
+    fleet_release_replicas: float = 0.5
 
     def __post_init__(self) -> None:
         check_positive("level_tau_s", self.level_tau_s)
@@ -62,6 +80,16 @@ class RegimeConfig:
         check_positive("hold_window_s", self.hold_window_s)
         check_finite("burst_replicas", self.burst_replicas, minimum=0.0)
         check_positive("excursion_replicas", self.excursion_replicas)
+        if self.fleet_quantile is not None and not 0.0 < self.fleet_quantile <= 1.0:
+            raise ValueError(
+                f"fleet_quantile: value {self.fleet_quantile!r} must be in (0, 1] or None"
+            )
+        check_positive("fleet_window_s", self.fleet_window_s)
+        check_positive("fleet_sample_s", self.fleet_sample_s)
+        check_finite("fleet_min_history_s", self.fleet_min_history_s, minimum=0.0)
+        if self.fleet_min_bursts < 1:
+            raise ValueError(f"fleet_min_bursts: value {self.fleet_min_bursts!r} must be >= 1")
+        check_finite("fleet_release_replicas", self.fleet_release_replicas, minimum=0.0)
 
 
 class RegimeEstimator:
@@ -79,6 +107,10 @@ class RegimeEstimator:
         self._excursions: deque[tuple[float, float]] = deque()  # (t ended, duration s)
         self.cold_start_s: float | None = None
         self.long_bursts = False
+        self._samples: deque[tuple[float, float]] = deque()  # (t, demand) every fleet_sample_s
+        self.fleet = False  # the fleet regime (a flat level, bursts shorter than a cold start)
+        self.floor: int | None = None  # the learned fleet while in that regime
+        self._quantile: float | None = None  # of the fleet window (None: recompute)
 
     def observe(self, t: float, demand_replicas: float, cold_start_s: float | None = None) -> None:
         """Feed the demand in replicas at ``t`` (finite, >= 0; a repeated tick is ignored)
@@ -112,8 +144,14 @@ class RegimeEstimator:
             peaks.append((t, demand_replicas))
         while peaks and peaks[0][0] < t - cfg.window_s:
             peaks.popleft()
-        if cfg.release_long_bursts:
-            self._track_excursions(t, demand_replicas)
+        self._track_excursions(t, demand_replicas)
+        samples = self._samples
+        if not samples or t - samples[-1][0] >= cfg.fleet_sample_s:
+            samples.append((t, demand_replicas))
+            while samples and samples[0][0] < t - cfg.fleet_window_s:
+                samples.popleft()
+            self._quantile = None
+        self._update_fleet(t)
         seen = self.first_t is not None and t - self.first_t >= cfg.window_s
         spread = self.range_replicas()
         burst = self.burst_over_level()
@@ -127,6 +165,46 @@ class RegimeEstimator:
         if cfg.release_long_bursts and seen and not self.steady:
             length, cold = self.burst_length_s(), self.cold_start_s
             self.long_bursts = length is not None and cold is not None and length > cold
+
+    def _update_fleet(self, t: float) -> None:
+        """The fleet regime and its learned floor. Entered once ``fleet_min_history_s`` of
+        history shows a flat level (range within ``steady_range_replicas``, left above
+        ``leave_range_replicas``) with bursts at least ``burst_replicas`` above it that are
+        shorter than the cold start (completed excursions, time-weighted, at least
+        ``fleet_min_bursts`` of them). The floor is the ``fleet_quantile`` of the demand over
+        ``fleet_window_s``, raised at once, lowered only when the quantile falls
+        ``fleet_release_replicas`` under the next count down (slow decay, no flapping)."""
+        cfg = self.config
+        assert self.first_t is not None
+        spread, burst = self.range_replicas(), self.burst_over_level()
+        length, cold = self.burst_length_s(), self.cold_start_s
+        limit = cfg.leave_range_replicas if self.fleet else cfg.steady_range_replicas
+        self.fleet = (
+            cfg.fleet_quantile is not None
+            and t - self.first_t >= cfg.fleet_min_history_s
+            and spread is not None
+            and spread <= limit
+            and burst is not None
+            and burst >= cfg.burst_replicas
+            and len(self._excursions) >= cfg.fleet_min_bursts
+            and length is not None
+            and cold is not None
+            and length < cold
+        )
+        if not self.fleet or cfg.fleet_quantile is None:
+            self.floor = None
+            return
+        q = self._quantile
+        if q is None:
+            q = quantile_sorted(sorted(v for _, v in self._samples), cfg.fleet_quantile)
+            self._quantile = q
+        up = math.ceil(q - _EPS)
+        if self.floor is None or up > self.floor:
+            self.floor = up
+        else:
+            down = math.ceil(q + cfg.fleet_release_replicas - _EPS)
+            if down < self.floor:
+                self.floor = down
 
     def _track_excursions(self, t: float, demand: float) -> None:
         """Excursions of the demand above the level by ``excursion_replicas``: when each
@@ -177,12 +255,14 @@ class RegimeEstimator:
             "regime.window_s": cfg.window_s,
             "regime.steady_range_replicas": cfg.steady_range_replicas,
         }
-        if cfg.release_long_bursts:
-            length = self.burst_length_s()
-            if length is not None:
-                out["regime.burst_length_s"] = length
-            if self.cold_start_s is not None:
-                out["regime.cold_start_s"] = self.cold_start_s
+        length = self.burst_length_s()
+        if length is not None:
+            out["regime.burst_length_s"] = length
+        if self.cold_start_s is not None:
+            out["regime.cold_start_s"] = self.cold_start_s
+        out["regime.fleet"] = 1.0 if self.fleet else 0.0
+        if self.floor is not None and self.floor > 0:
+            out["regime.fleet_replicas"] = float(self.floor)
         if self.steady:
             out["regime.scale_down_window_s"] = cfg.hold_window_s
         elif cfg.release_long_bursts and self.long_bursts and self.cold_start_s is not None:

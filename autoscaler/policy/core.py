@@ -154,6 +154,19 @@ def _with_regime(policy: Policy, obs: Observation, up: Rules, down: Rules) -> tu
     return up, down
 
 
+def _regime_fleet(policy: Policy, obs: Observation) -> int | None:
+    """The learned fleet (`forecast.regime`, prediction on): while the level is flat and
+    its bursts are shorter than the cold start, the count a right-sized fixed fleet would
+    hold, within the policy's replica bounds; None outside that regime."""
+    if not _prediction_on(policy, obs):
+        return None
+    assert obs.forecast is not None
+    fleet = obs.forecast.regime.get("regime.fleet_replicas")
+    if fleet is None or not math.isfinite(fleet) or fleet < 1:
+        return None
+    return max(min(int(fleet), policy.max_replica_count), policy.min_replica_count)
+
+
 def _recommend(
     policy: Policy, obs: Observation, up: Rules, down: Rules
 ) -> tuple[list[MetricRecommendation], float, bool]:
@@ -545,6 +558,14 @@ def decide(
         stabilized = stabilize(raw, cur, history, up, down, now)
     if stabilized != raw:
         limits.append(Reason.STABILIZED)
+    fleet = None if in_panic else _regime_fleet(policy, obs)
+    if fleet is not None:
+        # the fleet regime: at least the learned fleet, and no replicas bought for a burst
+        # (shorter than the cold start, it is over before they are Ready)
+        held = min(max(stabilized, fleet), max(cur, fleet))
+        if held != stabilized:
+            limits.append(Reason.STABILIZED)
+            stabilized = held
     numbers["stabilized_recommendation"] = float(stabilized)
 
     desired = _rate_limited(

@@ -10,6 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 
+def regime_name(numbers: Mapping[str, float]) -> str | None:
+    """``Fleet``, ``Steady`` or ``Following`` (the ``LoadRegime`` condition's reason; None
+    when the decision had no forecast). ``Fleet`` wins when both hold: it is the one that
+    changes the scale-up side."""
+    if "regime.steady" not in numbers:
+        return None
+    if numbers.get("regime.fleet") == 1.0 and "regime.fleet_replicas" in numbers:
+        return "Fleet"
+    return "Steady" if numbers["regime.steady"] == 1.0 else "Following"
+
+
 def describe(numbers: Mapping[str, float]) -> str | None:
     """One sentence on the regime a decision's numbers show, and why (None without)."""
     if "regime.steady" not in numbers:
@@ -18,6 +29,17 @@ def describe(numbers: Mapping[str, float]) -> str | None:
     window_min = numbers["regime.window_s"] / 60.0
     level = numbers["regime.level_replicas"]
     burst = numbers.get("regime.burst_replicas", 0.0)
+    fleet = numbers.get("regime.fleet_replicas")
+    if numbers.get("regime.fleet") == 1.0 and fleet is not None:
+        length = numbers.get("regime.burst_length_s", 0.0)
+        cold = numbers.get("regime.cold_start_s", 0.0)
+        return (
+            f"fleet: the smoothed demand ({level:.1f} replicas) moved {spread:.2f} replicas "
+            f"over {window_min:.0f} min while bursts rose {burst:.1f} replicas above it and "
+            f"lasted {length:.0f} s, shorter than the {cold:.0f} s cold start: holding the "
+            f"learned fleet of {fleet:.0f} replicas (a high quantile of the demand) and "
+            "buying none for bursts, which end before a new replica is Ready"
+        )
     if numbers["regime.steady"] == 1.0:
         hold_min = numbers.get("regime.scale_down_window_s", 0.0) / 60.0
         return (

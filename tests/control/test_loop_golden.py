@@ -13,7 +13,12 @@ Re-recorded on purpose (issue 36): decisions made with prediction on carry the l
 load regime as ``regime.*`` numbers (`forecast/regime.py`). Compared with the recording
 before, with those numbers left out: every chunk and last decision equal, the same scale
 writes, warm-pool sizes and /metrics series (no golden target turns steady long enough
-to change a decision)."""
+to change a decision).
+
+Re-recorded on purpose (issue 36, the fleet regime): decisions carry ``regime.fleet`` and
+the measured burst length and cold start. Of the 31 scale writes one is gone: the
+``bench`` target's 6 -> 10 (its level flat, its bursts shorter than the cold start, it
+holds its learned fleet of 6); every other write is the same, in the same order."""
 
 from __future__ import annotations
 

@@ -613,3 +613,49 @@ def test_a_release_window_from_long_bursts_shortens_the_scale_down_window() -> N
     assert _regime_run(release, prediction=False) == [8, 8, 1, 1]
     # a release longer than the policy's own 300 s window does not lengthen it
     assert _regime_run({"regime.release_window_s": 600.0}, prediction=True) == [8, 8, 1, 1]
+
+
+def _fleet_run(regime: Mapping[str, float], prediction: bool = True) -> list[int]:
+    """From 2 replicas: quiet, a burst asking for 9, quiet again (300 s apart, so the
+    policy's scale-down window has passed by the last tick); the forecast carries
+    ``regime``."""
+    policy = validate_policy(
+        {**WAITING4, "maxReplicaCount": 20, **({"prediction": {}} if prediction else {})}
+    )
+    state = DecisionState()
+    cur, out = 2, []
+    for t, waiting in ((0.0, 4.0), (400.0, 36.0), (800.0, 4.0), (1200.0, 4.0)):
+        obs = Observation(
+            t, cur, cur, {"waiting": waiting}, forecast=Forecast(90.0, {}, regime=regime)
+        )
+        decision, state = decide(policy, obs, state, t)
+        cur = decision.desired_replicas
+        out.append(cur)
+    return out
+
+
+def test_the_fleet_regime_holds_the_learned_fleet_and_buys_nothing_for_a_burst() -> None:
+    fleet = {"regime.fleet": 1.0, "regime.fleet_replicas": 4.0}
+    assert _fleet_run({}) == [1, 5, 1, 1]  # the policy alone chases the burst (rate-limited)
+    # up to the fleet at once, no replica for the burst, never under the fleet
+    assert _fleet_run(fleet) == [4, 4, 4, 4]
+    # without prediction nothing learned it: ignored
+    assert _fleet_run(fleet, prediction=False) == [1, 5, 1, 1]
+    # a fleet above maxReplicaCount is held at the bound
+    policy = validate_policy({**WAITING4, "maxReplicaCount": 3, "prediction": {}})
+    big = {"regime.fleet": 1.0, "regime.fleet_replicas": 12.0}
+    obs = Observation(0.0, 2, 2, {"waiting": 4.0}, forecast=Forecast(90.0, {}, regime=big))
+    decision, _ = decide(policy, obs, DecisionState(), 0.0)
+    assert decision.desired_replicas == 3
+    assert decision.numbers["regime.fleet_replicas"] == 12.0
+
+
+def test_above_the_fleet_the_count_still_comes_down_to_it() -> None:
+    policy = validate_policy({**WAITING4, "maxReplicaCount": 20, "prediction": {}})
+    fleet = {"regime.fleet": 1.0, "regime.fleet_replicas": 3.0}
+    state, cur = DecisionState(), 8
+    for t in (0.0, 400.0):  # 8 replicas from before the regime, the load asks for 1
+        obs = Observation(t, cur, cur, {"waiting": 4.0}, forecast=Forecast(90.0, {}, regime=fleet))
+        decision, state = decide(policy, obs, state, t)
+        cur = decision.desired_replicas
+    assert cur == 3

@@ -21,7 +21,9 @@ from autoscaler.metrics.source import PodEndpoint
 from autoscaler.policy.schema import validate_policy
 from autoscaler.settings import Settings
 from autoscaler.store.base import StoredTarget
-from autoscaler.target import ScaleTargetRef, TargetSpec
+from autoscaler.target import RolesSpec, ScaleTargetRef, TargetSpec
+from tests.control.test_roles_loop import DECODE, PREFILL, RoleCluster
+from tests.control.test_roles_loop import REF as ROLES_REF
 from tests.control.test_variants_loop import H100, MIG, REF, VariantCluster
 from tests.metrics.vllm_pods import FakeVllm, serve_each
 from tests.support.prometheus import PrometheusServer
@@ -126,3 +128,70 @@ async def test_a_variants_target_scales_cheapest_first_from_prometheus_signals()
     assert down[0] == ("llama-h100", 1)
     assert down[1:] == [("llama-mig", 2), ("llama-mig", 1), ("llama-mig", 0)]
     assert cluster.replicas == {"llama-h100": 1, "llama-mig": 0}
+
+
+@pytest.mark.timeout(120)
+async def test_roles_in_prometheus_mode_read_their_own_pods_and_a_role_without_series_holds() -> (
+    None
+):
+    """The prefill pods' prompt-token rate (from Prometheus) grows prefill; the decode
+    Deployment's pods have no series in Prometheus: decode holds (never read as 0, which
+    would shrink it), and the role notes (the `Roles` condition) say so."""
+    prefill_pod = FakeVllm()
+    prefill_pod.set(waiting=0, running=0, kv=0.1)
+    labels = [{"namespace": "llm", "pod": "llama-prefill-6d-p1"}]
+    runners, netlocs = await serve_each([prefill_pod])
+
+    async def serve() -> None:
+        while True:  # up to 20,000 prompt tokens/s on the prefill pod
+            prefill_pod.serve(1000, [0.05])
+            await asyncio.sleep(0.05)
+
+    load = asyncio.ensure_future(serve())
+    try:
+        async with PrometheusServer(netlocs, scrape_interval_s=0.2, target_labels=labels) as prom:
+            await prom.wait_for("vllm:prompt_tokens_total", deadline_s=40)
+            for _ in range(300):
+                got = await asyncio.to_thread(prom.query, "rate(vllm:prompt_tokens_total[1m])")
+                if got and float(got[0]["value"][1]) > 2000:
+                    break
+                await asyncio.sleep(0.1)
+            ctl = Controller(Settings(prometheus_url=prom.url), api=None, identity="a")
+            signals = ctl._signals()
+            assert isinstance(signals, SourceSignals)
+            spec = TargetSpec(
+                ref=ROLES_REF,
+                policy=validate_policy(
+                    {
+                        "maxReplicaCount": 6,
+                        "metrics": [{"signal": "waiting", "target": 4}],
+                        "behavior": {"scaleUp": ONE_PER_SECOND, "scaleDown": ONE_PER_SECOND},
+                    }
+                ),
+                scale_target_ref=ScaleTargetRef(name="llama-prefill"),
+                variants=(PREFILL, DECODE),
+                roles=RolesSpec(prompt_tokens_per_s_per_prefill=500.0, running_per_decode=10.0),
+            )
+            cluster, clock = RoleCluster(), FakeClock()
+            loop = ControlLoop(ctl.state, cluster, signals, clock=clock)
+            loop.set_targets([StoredTarget(spec, "1")])
+            try:
+                [d] = await loop.tick()
+                await clock.advance(1.0)
+                await loop.tick()
+            finally:
+                await signals.close()
+    finally:
+        load.cancel()
+        for runner in runners:
+            await runner.cleanup()
+
+    rate = d.numbers["roles.prefill.prompt_tokens_per_s"]
+    assert rate > 2000  # from Prometheus, the prefill pod's counter: prefill wants >= 5
+    assert "roles.decode.running" not in d.numbers  # absent: missing, not 0
+    assert cluster.writes == [("llama-prefill", 3), ("llama-prefill", 4)]  # decode untouched
+    assert cluster.replicas["llama-decode"] == 2
+    held = "decode: running and KV usage missing, holding"
+    assert held in cluster.notes[-1]
+    st = ctl.state.status(ROLES_REF)
+    assert st is not None and held in st.role_notes

@@ -25,6 +25,12 @@ target without series reads missing data; a failed grouped query is an error (un
 for every target it covered, for every signal computed from it. Templates without
 ``$by`` are sent per target, as written (quantiles too: Prometheus computes them).
 
+A target over several workloads (``WorkloadPods.others``: a model's variants, a role's
+variants) is in the same batch: its workloads are answered as their own groups and its
+value is combined here as the query over all its pods would aggregate them (`_combine`:
+sums add, min/max, an ``avg`` weighted by a ``count`` companion query sent only while
+such a target is in the batch; quantiles from the bucket rates summed per bound).
+
 An empty result or NaN leaves the signal absent (missing data, never 0); a failed query
 is reported in ``errors``; an answer out of range (``+Inf``, a negative count) is dropped,
 counted in ``rejected`` and makes the target unread this tick (``pods_read`` 0).

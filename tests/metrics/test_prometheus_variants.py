@@ -8,8 +8,10 @@ each role reads its own variants' pods; a role without series reads missing, nev
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -21,7 +23,9 @@ from autoscaler.metrics.prometheus import (
     VLLM_QUERIES,
     PrometheusSource,
     WorkloadPods,
+    _combine,
     _combiner,
+    _Grouped,
     render_grouped,
 )
 from autoscaler.metrics.source import PodEndpoint, TargetReading
@@ -220,3 +224,34 @@ async def _read(source: PrometheusSource, keys: Sequence[str]) -> dict[str, Targ
     pods = [PodEndpoint("p", "unused")]
     got = await asyncio.gather(*(source.read(k, pods, now=10.0) for k in keys))
     return dict(zip(keys, got, strict=True))
+
+
+def test_combining_fails_clearly_and_never_reads_missing_as_zero() -> None:
+    unions = {"llm/m": (("llm", "a"), ("llm", "b"))}
+    a, b = ("llm", "a"), ("llm", "b")
+
+    def answer(sig: str, groups: dict[tuple[str, str], float], **kw: Any) -> _Grouped:
+        return _Grouped(sig, groups=groups, **{"duplicated": set(), **kw})
+
+    total = answer("waiting", {a: 3.0})  # b has no series: adds nothing
+    _combine(total, unions, "sum", None)
+    assert total.values == {"llm/m": 3.0} and total.key_errors is None
+    none = answer("waiting", {})  # no workload answered: missing, not 0
+    _combine(none, unions, "sum", None)
+    assert none.values == {} and none.key_errors is None
+    nan = answer("waiting", {a: 1.0, b: math.nan})
+    _combine(nan, unions, "sum", None)
+    assert nan.values == {}  # NaN: missing
+    kv = answer("kv", {a: 0.5, b: 0.8})
+    _combine(kv, unions, "avg", answer("kv count", {a: 3.0, b: 1.0}))
+    assert kv.values["llm/m"] == pytest.approx((0.5 * 3 + 0.8) / 4)
+    failed = answer("kv", {a: 0.5})
+    _combine(failed, unions, "avg", _Grouped("kv count", error="kv count: timeout after 6s"))
+    assert failed.values == {} and failed.key_errors is not None
+    assert "kv count: timeout after 6s" in failed.key_errors["llm/m"]
+    odd = answer("x", {a: 1.0})
+    _combine(odd, unions, None, None)
+    assert odd.key_errors is not None and "cannot combine" in odd.key_errors["llm/m"]
+    twice = answer("waiting", {a: 1.0}, duplicated={a})
+    _combine(twice, unions, "sum", None)
+    assert twice.values == {} and twice.key_errors is not None

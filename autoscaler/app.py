@@ -31,7 +31,8 @@ from autoscaler.control.adapters import KubeCluster, PlannerAdapter, StatusWrite
 from autoscaler.control.held import HeldCounts, poke_at_zero
 from autoscaler.control.loop import ControlLoop
 from autoscaler.control.ports import AlwaysLeader, LeaderPort, SignalPort
-from autoscaler.control.signals import SourceSignals
+from autoscaler.control.roles import split_role_ref
+from autoscaler.control.signals import SourceSignals, workload_pods
 from autoscaler.control.sleepers import SleeperController
 from autoscaler.control.state import ControllerState
 from autoscaler.control.tasks import TaskGroup
@@ -128,12 +129,14 @@ class Controller:
             state = self.state
 
             def selector(key: str) -> str | WorkloadPods:
-                # O(1): the batch asks for every target's selector each tick
+                # O(1): the batch asks for every target's selector each tick. A role's
+                # key (`<name>//<role>`) reads that role's variants' pods only.
                 namespace, _, name = key.partition("/")
-                st = state.targets.get(TargetRef(namespace, name))
+                ref, role = split_role_ref(TargetRef(namespace, name))
+                st = state.targets.get(ref)
                 if st is None:
                     return 'namespace="",pod=""'
-                return WorkloadPods(namespace, st.spec.scale_target_ref.name)
+                return workload_pods(st.spec, role)
 
             queries = RECORDED_QUERIES if s.prometheus_recorded_rules else VLLM_QUERIES
             return SourceSignals(PrometheusSource(s.prometheus_url, selector, queries))

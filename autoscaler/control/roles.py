@@ -35,6 +35,13 @@ def role_ref(spec: TargetSpec, role: Role) -> TargetRef:
     return TargetRef(spec.ref.namespace, f"{spec.ref.name}//{role}")
 
 
+def split_role_ref(ref: TargetRef) -> tuple[TargetRef, Role | None]:
+    """The target and role of a `role_ref` (a plain ref: itself, no role)."""
+    name, sep, suffix = ref.name.partition("//")
+    role = next((r for r in ROLES if r == suffix), None) if sep else None
+    return (ref, None) if role is None else (TargetRef(ref.namespace, name), role)
+
+
 def role_spec(spec: TargetSpec, role: Role) -> TargetSpec:
     return replace(spec, ref=role_ref(spec, role))
 

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from autoscaler.control.ports import SignalReading, TargetView
 from autoscaler.domain import TargetRef
+from autoscaler.metrics.prometheus import WorkloadPods
 from autoscaler.metrics.source import MetricSource
-from autoscaler.target import TargetSpec
+from autoscaler.target import Role, TargetSpec
+
+
+def workload_pods(spec: TargetSpec, role: Role | None = None) -> WorkloadPods:
+    """What the Prometheus source reads for a target: its workload's pods; with
+    ``variants`` every variant's Deployment's (one model: its signals over all of them,
+    docs/metrics.md "Variants and roles"); for a role's key (`roles.role_ref`) the pods
+    of that role's variants only."""
+    names = [v.scale_target_ref.name for v in spec.variants if role is None or v.role == role] or [
+        spec.scale_target_ref.name
+    ]
+    return WorkloadPods(spec.ref.namespace, names[0], others=tuple(names[1:]))
 
 
 class SourceSignals:

@@ -227,6 +227,7 @@ class Buckets:
     bounds: tuple[float, ...] = ()
     rows: list[list[float]] = field(default_factory=list)
     other: dict[Group, list[tuple[float, float]]] = field(default_factory=dict)
+    _index: dict[Group, int] | None = None  # group -> row (`pairs`), built on first use
 
     def quantiles(self, q: float) -> dict[Group, float]:
         """``histogram_quantile(q, ...)`` per group present (NaN included)."""
@@ -237,6 +238,15 @@ class Buckets:
         for group, pairs in self.other.items():
             out[group] = bucket_quantile(q, pairs)
         return out
+
+    def pairs(self, group: Group) -> list[tuple[float, float]] | None:
+        """The group's (upper bound, cumulative count) pairs; None: no series."""
+        if group in self.other:
+            return list(self.other[group])
+        if self._index is None:
+            self._index = {g: i for i, g in enumerate(self.groups)}
+        i = self._index.get(group)
+        return None if i is None else list(zip(self.bounds, self.rows[i], strict=True))
 
 
 # A sample's timestamp and value in Prometheus' JSON: ``"value":[<ts>,"<value>"]``. Inside

@@ -25,6 +25,12 @@ target without series reads missing data; a failed grouped query is an error (un
 for every target it covered, for every signal computed from it. Templates without
 ``$by`` are sent per target, as written (quantiles too: Prometheus computes them).
 
+A target over several workloads (``WorkloadPods.others``: a model's variants, a role's
+variants) is in the same batch: its workloads are answered as their own groups and its
+value is combined here as the query over all its pods would aggregate them (`_combine`:
+sums add, min/max, an ``avg`` weighted by a ``count`` companion query sent only while
+such a target is in the batch; quantiles from the bucket rates summed per bound).
+
 An empty result or NaN leaves the signal absent (missing data, never 0); a failed query
 is reported in ``errors``; an answer out of range (``+Inf``, a negative count) is dropped,
 counted in ``rejected`` and makes the target unread this tick (``pods_read`` 0).
@@ -52,6 +58,7 @@ from autoscaler.metrics.buckets import (
     Buckets,
     Group,
     QuantileSpec,
+    bucket_quantile,
     parse_buckets,
     quantile_spec,
 )
@@ -126,17 +133,36 @@ def _regex_literal(name: str) -> str:
 @dataclass(frozen=True, slots=True)
 class WorkloadPods:
     """A target = the pods named ``<name>-...`` in ``namespace`` (how Deployments and
-    StatefulSets name pods). Targets given this way are read together: one query per
-    signal per tick for all of them (`PrometheusSource`)."""
+    StatefulSets name pods), plus those of the workloads in ``others`` (a model's other
+    variants, or a role's: docs/policy.md "Variants"). Targets given this way are read
+    together: one query per signal per tick for all of them (`PrometheusSource`)."""
 
     namespace: str
     name: str
     # Pods left out (sleepers, docs/policy.md#sleepers: idle series that are no load).
     excluded: tuple[str, ...] = ()
+    # More workloads whose pods are this target's too: its signals are over all of them
+    others: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every workload read, longest first (a pod of ``vllm-big`` is not ``vllm``'s)."""
+        return _longest_first({self.name, *self.others})
 
     def selector(self) -> str:
-        out = f'namespace="{self.namespace}",pod=~"{_regex_literal(self.name)}-.*"'
+        names = self.names
+        prefix = _regex_literal(names[0]) if len(names) == 1 else _alternatives(names)
+        out = f'namespace="{self.namespace}",pod=~"{prefix}-.*"'
         return out + _exclusion(self.excluded)
+
+
+def _longest_first(names: set[str]) -> tuple[str, ...]:
+    return tuple(sorted(names, key=lambda n: (-len(n), n)))
+
+
+def _alternatives(names: Sequence[str]) -> str:
+    """``(a|b)``: each name as a literal, longest first (RE2 takes the first that fits)."""
+    return f"({'|'.join(_regex_literal(n) for n in names)})"
 
 
 def _exclusion(pods: Sequence[str]) -> str:
@@ -162,8 +188,7 @@ def render_grouped(template: str, targets: Sequence[WorkloadPods]) -> str:
     prefix, labelled ``llm_target=<workload>`` (longest name first, so ``vllm-big-x``
     goes to ``vllm-big``, not ``vllm``) and aggregated by (namespace, llm_target)."""
     namespaces = "|".join(sorted({t.namespace for t in targets}))
-    names = sorted({_regex_literal(t.name) for t in targets}, key=lambda n: (-len(n), n))
-    pods = f"({'|'.join(names)})-.*"
+    pods = _alternatives(_longest_first({n for t in targets for n in t.names})) + "-.*"
     excluded = [p for t in targets for p in t.excluded]
     selector = f'namespace=~"{namespaces}",pod=~"{pods}"' + _exclusion(excluded)
     out = template.replace("$selector", selector).replace("$by", f"namespace,{TARGET_LABEL},")
@@ -229,11 +254,21 @@ class _Grouped:
     values: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     key_errors: dict[str, str] | None = None
+    # the groups of targets over several workloads (`WorkloadPods.others`), as answered
+    # (NaN kept), and those with several series: combined per target by `_combine`
+    groups: dict[Group, float] | None = None
+    duplicated: set[Group] | None = None
 
 
-def _grouped_values(signal: str, doc: Any, keys: Mapping[tuple[str, str], list[str]]) -> _Grouped:
+def _grouped_values(
+    signal: str,
+    doc: Any,
+    keys: Mapping[tuple[str, str], list[str]],
+    wanted: frozenset[Group] = frozenset(),
+) -> _Grouped:
     """Demultiplex a grouped answer to target keys: one series per (namespace,
-    llm_target); a target without a series is missing data (no value, no error)."""
+    llm_target); a target without a series is missing data (no value, no error). The
+    ``wanted`` groups (workloads of multi-workload targets) are kept as answered."""
     data = doc.get("data") if isinstance(doc, dict) else None
     result = data.get("result") if isinstance(data, dict) else None
     if (
@@ -245,6 +280,8 @@ def _grouped_values(signal: str, doc: Any, keys: Mapping[tuple[str, str], list[s
     values: dict[str, float] = {}
     seen: set[tuple[str, str]] = set()
     duplicates: dict[str, str] | None = None
+    groups: dict[Group, float] | None = {} if wanted else None
+    duplicated: set[Group] | None = set() if wanted else None
     for series in result:
         try:
             labels = series["metric"]
@@ -252,6 +289,10 @@ def _grouped_values(signal: str, doc: Any, keys: Mapping[tuple[str, str], list[s
             value = float(series["value"][1])
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             return _Grouped(signal, error=f"{signal}: unexpected series {series!r:.120}")
+        if groups is not None and duplicated is not None and group in wanted:
+            if group in groups:
+                duplicated.add(group)
+            groups[group] = value
         targets = keys.get(group)
         if targets is None:  # pods of a workload no target reads (same name, other ns)
             continue
@@ -266,7 +307,7 @@ def _grouped_values(signal: str, doc: Any, keys: Mapping[tuple[str, str], list[s
         if value == value:  # NaN is missing data
             for k in targets:
                 values[k] = value
-    return _Grouped(signal, values, key_errors=duplicates)
+    return _Grouped(signal, values, key_errors=duplicates, groups=groups, duplicated=duplicated)
 
 
 @dataclass(slots=True)
@@ -290,8 +331,14 @@ class _Rendered:
 
     targets: list[tuple[str, WorkloadPods]]  # (key, workload), in batch order
     queries: dict[str, bytes]
-    keys: dict[tuple[str, str], list[str]]
+    keys: dict[tuple[str, str], list[str]]  # targets over one workload
     bucket_queries: dict[str, bytes]  # bucket query template -> its form field
+    # targets over several workloads (variants, roles): key -> its (namespace, workload)
+    # groups, whose answers are combined here; the groups; the ``count`` companions of
+    # ``avg`` signals (their weights), sent only while there is such a target
+    unions: dict[str, tuple[Group, ...]] = field(default_factory=dict)
+    wanted: frozenset[Group] = frozenset()
+    counts: dict[str, bytes] = field(default_factory=dict)
 
 
 class PrometheusSource:
@@ -344,6 +391,14 @@ class PrometheusSource:
                 self._grouped[signal] = template
             else:
                 self._singles[signal] = template
+        # how a multi-workload target's answer is combined from its workloads' (the
+        # template's outer aggregation), and the ``count`` weights of ``avg`` signals
+        self._combiners = {sig: _combiner(tpl) for sig, tpl in self._grouped.items()}
+        self._counts = {
+            sig: "count" + tpl.lstrip()[len("avg") :]
+            for sig, tpl in self._grouped.items()
+            if self._combiners[sig] == "avg"
+        }
         families = [t for spec in self._quantiles for _, t in spec.branches]
         self._families = list(dict.fromkeys(families))  # each bucket query once
         self.grouped_queries = {**self._grouped, **{t: t for t in self._families}}
@@ -445,13 +500,18 @@ class PrometheusSource:
         return _Answer(signal, error=doc) if isinstance(doc, str) else _value(signal, doc)
 
     async def _group(
-        self, signal: str, query: bytes, n_targets: int, keys: Mapping[tuple[str, str], list[str]]
+        self,
+        signal: str,
+        query: bytes,
+        n_targets: int,
+        keys: Mapping[tuple[str, str], list[str]],
+        wanted: frozenset[Group] = frozenset(),
     ) -> _Grouped:
         limit = self._max_answer_bytes + self._grouped_bytes_per_target * n_targets
         doc = await self._fetch(signal, query, limit)
         if isinstance(doc, str):  # a failed grouped query: unread for every target in it
             return _Grouped(signal, error=doc)
-        return _grouped_values(signal, doc, keys)
+        return _grouped_values(signal, doc, keys, wanted)
 
     def _render(self, targets: dict[str, WorkloadPods]) -> _Rendered:
         """The batch's queries, re-rendered only when its target set changed."""
@@ -461,8 +521,12 @@ class PrometheusSource:
             return cached
         workloads = [t for _, t in items]
         keys: dict[tuple[str, str], list[str]] = {}  # (namespace, workload) -> target keys
+        unions: dict[str, tuple[Group, ...]] = {}
         for key, t in targets.items():
-            keys.setdefault((t.namespace, t.name), []).append(key)
+            if t.others and len(t.names) > 1:
+                unions[key] = tuple((t.namespace, n) for n in t.names)
+            else:
+                keys.setdefault((t.namespace, t.name), []).append(key)
         queries = {
             sig: _quote(render_grouped(tpl, workloads)).encode()
             for sig, tpl in self._grouped.items()
@@ -470,20 +534,29 @@ class PrometheusSource:
         bucket_queries = {
             tpl: _quote(render_grouped(tpl, workloads)).encode() for tpl in self._families
         }
-        self._rendered = _Rendered(items, queries, keys, bucket_queries)
+        counts = {
+            sig: _quote(render_grouped(tpl, workloads)).encode()
+            for sig, tpl in (self._counts.items() if unions else ())
+        }
+        wanted = frozenset(g for groups in unions.values() for g in groups)
+        self._rendered = _Rendered(items, queries, keys, bucket_queries, unions, wanted, counts)
         return self._rendered
 
     async def _fetch_batch(self, batch: _Batch) -> list[_Grouped]:
         await asyncio.sleep(0)  # one loop turn: the tick's other reads join the batch
         batch.open = False
-        rendered = self._render(batch.targets)
+        r = self._render(batch.targets)
         n = len(batch.targets)
-        plain = [self._group(sig, q, n, rendered.keys) for sig, q in rendered.queries.items()]
-        families = [self._buckets(t, q, n) for t, q in rendered.bucket_queries.items()]
-        answers: list[Any] = await asyncio.gather(*plain, *families)
+        plain = [self._group(sig, q, n, r.keys, r.wanted) for sig, q in r.queries.items()]
+        counts = [self._group(f"{sig} count", q, n, {}, r.wanted) for sig, q in r.counts.items()]
+        families = [self._buckets(t, q, n) for t, q in r.bucket_queries.items()]
+        answers: list[Any] = await asyncio.gather(*plain, *counts, *families)
         grouped: list[_Grouped] = answers[: len(plain)]
-        buckets = dict(zip(rendered.bucket_queries, answers[len(plain) :], strict=True))
-        return grouped + [_quantile_values(s, buckets, rendered.keys) for s in self._quantiles]
+        weights = dict(zip(r.counts, answers[len(plain) : len(plain) + len(counts)], strict=True))
+        buckets = dict(zip(r.bucket_queries, answers[len(plain) + len(counts) :], strict=True))
+        for g in grouped if r.unions else ():
+            _combine(g, r.unions, self._combiners.get(g.signal), weights.get(g.signal))
+        return grouped + [_quantile_values(s, buckets, r.keys, r.unions) for s in self._quantiles]
 
     def _start_batch(self, now: float, targets: dict[str, WorkloadPods]) -> _Batch:
         batch = _Batch(now, targets)
@@ -603,17 +676,30 @@ def _quantile_values(
     spec: QuantileSpec,
     answers: Mapping[str, Buckets | str],
     keys: Mapping[Group, list[str]],
+    unions: Mapping[str, tuple[Group, ...]] | None = None,
 ) -> _Grouped:
     """One quantile signal per target key from the batch's bucket answers: the first
     branch whose answer has the target's group gives its value (PromQL ``or``); NaN is
     missing data; a failed bucket query fails the signal for every target (as the
-    ``histogram_quantile`` query would have failed)."""
+    ``histogram_quantile`` query would have failed). A target over several workloads
+    (``unions``) reads the quantile of its workloads' bucket rates summed per bound."""
     per_branch: list[dict[Group, float]] = []
+    branches: list[tuple[float, Buckets]] = []
     for q, family in spec.branches:
         answer = answers[family]
         if isinstance(answer, str):
             return _Grouped(spec.signal, error=f"{spec.signal}: {answer}")
         per_branch.append(answer.quantiles(q))
+        branches.append((q, answer))
+    combined: dict[str, float] = {}
+    for key, groups in (unions or {}).items():
+        for q, buckets in branches:
+            pairs = [buckets.pairs(g) for g in groups]
+            if any(p is not None for p in pairs):
+                value = bucket_quantile(q, [b for p in pairs if p is not None for b in p])
+                if value == value:
+                    combined[key] = value
+                break
     values: dict[str, float] = {}
     for group, targets in keys.items():
         for quantiles in per_branch:
@@ -623,7 +709,72 @@ def _quantile_values(
                     for k in targets:
                         values[k] = value
                 break
+    values.update(combined)
     return _Grouped(spec.signal, values)
+
+
+_OUTER: Final = re.compile(r"\s*(sum|count|min|max|avg) by \(\$by\) ")
+
+
+def _combiner(template: str) -> str | None:
+    """The outer aggregation of a groupable template when it wraps the whole query
+    (``sum by ($by) (...)``): how one target's value over several workloads follows from
+    each workload's. None: not combinable (such a target reads an error for it)."""
+    m = _OUTER.match(template)
+    text = template.rstrip()
+    if m is None or not text.endswith(")") or text[m.end() : m.end() + 1] != "(":
+        return None
+    depth = 0
+    for i in range(m.end(), len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return m.group(1) if i == len(text) - 1 else None
+    return None
+
+
+def _combine(
+    g: _Grouped, unions: Mapping[str, tuple[Group, ...]], op: str | None, weights: _Grouped | None
+) -> None:
+    """Each multi-workload target's value from its workloads' answers, as the query
+    over all its pods would aggregate them: sums (and counts) add, min and max of the
+    workloads', an average weighted by each workload's series count (the ``count``
+    companion query). No workload answered: missing data; NaN stays NaN (missing)."""
+    if g.error is not None or g.groups is None:
+        return
+    for key, groups in unions.items():
+        present = [(x, g.groups[x]) for x in groups if x in g.groups]
+        err = None
+        if any(x in (g.duplicated or ()) for x, _ in present):
+            err = f"{g.signal}: several series for a workload of {key}"
+        elif op is None and present:
+            err = f"{g.signal}: cannot combine {key}'s workloads: not a sum, count, min, max or avg"
+        elif present:
+            values = [v for _, v in present]
+            value = math.nan
+            if op in ("sum", "count"):
+                value = sum(values)
+            elif op in ("min", "max"):
+                numbers = [v for v in values if v == v]
+                value = (min if op == "min" else max)(numbers) if numbers else math.nan
+            elif weights is None or weights.error is not None or weights.groups is None:
+                err = f"{g.signal}: no series counts to average {key}'s workloads" + (
+                    f" ({weights.error})" if weights is not None and weights.error else ""
+                )
+            else:
+                n = [weights.groups.get(x) for x, _ in present]
+                if any(c is None for c in n):
+                    err = f"{g.signal}: no series count for a workload of {key}"
+                else:
+                    counts = [c or 0.0 for c in n]
+                    total = sum(counts)
+                    if total > 0:
+                        value = sum(v * c for v, c in zip(values, counts, strict=True)) / total
+            if err is None and value == value:
+                g.values[key] = value
+        if err is not None:
+            if g.key_errors is None:
+                g.key_errors = {}
+            g.key_errors[key] = err
 
 
 def _reading(

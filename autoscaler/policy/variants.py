@@ -321,7 +321,6 @@ class VariantChange:
     message: str
 
 
-
 @dataclass(frozen=True, slots=True)
 class VariantPlan:
     """The controller's split of one decision over the variants, at ``t``.

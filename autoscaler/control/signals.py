@@ -33,6 +33,7 @@ class SourceSignals:
             pods_read=reading.pods_read,
             errors=reading.errors,
             rejected=dict(reading.rejected),
+            length_buckets=dict(reading.length_buckets),
         )
 
     def forget(self, ref: TargetRef) -> None:

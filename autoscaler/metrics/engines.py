@@ -99,6 +99,8 @@ _VLLM_GAUGES: Final[tuple[str, ...]] = (
 _VLLM_HISTOGRAMS: Final[tuple[str, ...]] = (
     "vllm:time_to_first_token_seconds",
     "vllm:inter_token_latency_seconds",
+    # prompt lengths: the length classes of a target with variants (policy/variants.py)
+    "vllm:request_prompt_tokens",
 )
 _VLLM_COUNTERS: Final[tuple[str, ...]] = (
     "vllm:prompt_tokens",
@@ -145,6 +147,9 @@ def _vllm(page: Page, extra: Page | None, strict: bool) -> EngineSnapshot:
         itl = _histogram(extra.families.get("vllm:time_per_output_token_seconds"), strict)
     if itl is not None:
         hist["itl"] = itl
+    prompt_len = _histogram(f.get("vllm:request_prompt_tokens"), strict)
+    if prompt_len is not None:
+        hist["prompt_len"] = prompt_len
     if extra is not None:
         for key, name in (
             ("e2e", "vllm:e2e_request_latency_seconds"),

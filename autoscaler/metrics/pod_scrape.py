@@ -35,6 +35,7 @@ from autoscaler.metrics.signals import (
     DEFAULT_WINDOW_S,
     PodHistory,
     aggregate,
+    length_buckets,
     observe,
     snapshot_violation,
     split_valid,
@@ -219,6 +220,7 @@ class PodScrapeSource:
             pods_expected=len(pods),
             errors=tuple(errors),
             rejected=rejected,
+            length_buckets=length_buckets(read),
         )
 
     def _snapshot(self, page: str, previous: PodHistory | None) -> EngineSnapshot:

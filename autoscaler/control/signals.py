@@ -27,6 +27,9 @@ class SourceSignals:
             # sleepers' idle series out of a query-based source (Prometheus): the
             # averages are over the awake pods only, as the pod scrape reads them
             exclude(str(spec.ref), [r.name for r in view.replicas if r.sleeping])
+        want_lengths = getattr(self.source, "want_lengths", None)
+        if callable(want_lengths):  # variants with a maxModelLen: prompt lengths steer them
+            want_lengths(str(spec.ref), any(v.max_model_len is not None for v in spec.variants))
         reading = await self.source.read(str(spec.ref), view.pods, now)
         return SignalReading(
             signals=dict(reading.signals),

@@ -99,9 +99,11 @@ _VLLM_GAUGES: Final[tuple[str, ...]] = (
 _VLLM_HISTOGRAMS: Final[tuple[str, ...]] = (
     "vllm:time_to_first_token_seconds",
     "vllm:inter_token_latency_seconds",
-    # prompt lengths: the length classes of a target with variants (policy/variants.py)
-    "vllm:request_prompt_tokens",
 )
+# Prompt lengths: read only for a target whose variants have a maxModelLen (the length
+# classes of policy/variants.py), asked for with ``lengths`` (+2.4 kB on a vLLM page).
+VLLM_LENGTH_FAMILIES: Final[tuple[str, ...]] = ("vllm:request_prompt_tokens",)
+VLLM_LENGTH_SAMPLES: Final[tuple[str, ...]] = sample_names(histograms=VLLM_LENGTH_FAMILIES)
 _VLLM_COUNTERS: Final[tuple[str, ...]] = (
     "vllm:prompt_tokens",
     "vllm:generation_tokens",
@@ -409,11 +411,13 @@ def read_snapshot(
     *,
     strict: bool = False,
     details: bool = False,
+    lengths: bool = False,
     max_lines: int | None = None,
 ) -> EngineSnapshot:
     """Parse one page with the engine's adapter (auto-detected from metric prefixes).
 
-    ``details`` also reads e2e/queue histograms (for the offline command). Raises
+    ``details`` also reads e2e/queue histograms (for the offline command); ``lengths``
+    vLLM's prompt-length histogram (``prompt_len``, for variants' length classes). Raises
     `ParseError` on an invalid page, on a page over ``max_lines`` (see `parse_page`) or
     when no known engine's metrics are present. A plain function of its arguments (no
     event loop, no I/O), so it can run in a worker thread or process.
@@ -427,6 +431,8 @@ def read_snapshot(
     if adapter is None:
         raise ValueError(f"engine={name!r}: must be one of auto, {', '.join(ENGINES)}")
     wanted = adapter.families + (VLLM_DETAIL_FAMILIES if details and name == "vllm" else ())
+    if lengths and name == "vllm":
+        wanted += VLLM_LENGTH_FAMILIES
     page = parse_page(text, wanted, strict=strict, max_lines=max_lines)
     extra: Page | None = None
     needs_extra = name == "vllm" and "vllm:inter_token_latency_seconds" not in page.families

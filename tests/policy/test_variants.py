@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from autoscaler.errors import ConfigError
 from autoscaler.policy.variants import (
     LengthDemand,
-    capacity_units,
-    length_shares_from_buckets,
     Variant,
     VariantState,
+    capacity_units,
     demand_by_length,
+    length_shares_from_buckets,
     plan_replicas,
     shortfall,
     split,
@@ -438,7 +438,7 @@ def test_long_prompts_grow_only_the_variant_whose_max_model_len_serves_them() ->
     assert any("no request-length histogram" in n for n in blind.notes)
 
 
-def test_demand_longer_than_every_variant_is_reported_not_chased() -> None:
+def test_the_plan_reports_the_share_no_variant_serves_and_splits_the_rest() -> None:
     short_h100 = Variant("h100", 2.5, 3.0, max_model_len=8192)
     states = {"slice": VariantState(0), "h100": VariantState(0)}
     plan = plan_replicas(

@@ -54,10 +54,10 @@ def capacity_observation(spec: TargetSpec, view: TargetView, obs: Observation) -
     counts them), so the per-pod targets are per reference replica, a decision that holds
     asks for the capacity running, and an H100 of capacity 3 counts as three slices.
     Unchanged when every variant's capacity is 1."""
-    if not weighs_capacity(spec) or not view.variants:
-        return obs
-    variants = policy_variants(spec)
     seen = {vv.name: vv for vv in view.variants}
+    if not weighs_capacity(spec) or any(v.name not in seen for v in spec.variants):
+        return obs  # a variant not observed: `variant_states` fails the target clearly
+    variants = policy_variants(spec)
 
     def units(count: Mapping[str, int]) -> int:
         return capacity_units(variants, count)
@@ -120,13 +120,21 @@ def plan_for(
 ) -> VariantPlan:
     """The split of ``desired_replicas`` (reference replicas) over ``spec``'s variants
     from ``view``, long requests steered by the pods' prompt-length histogram over the
-    window (``length_buckets``; empty or None: unknown, one class all serve)."""
+    window (``length_buckets``; empty or None: unknown, one class all serve). The
+    decision saw the current capacity rounded up (`capacity_observation`): that slack
+    comes off the demand, so a decision that holds moves nothing."""
+    variants = policy_variants(spec)
+    states = variant_states(spec, view)
+    running = {n: s.replicas - s.pending for n, s in states.items()}
+    exact = sum(v.capacity_per_replica * running[v.name] for v in variants)
+    slack = (capacity_units(variants, running) - exact) if weighs_capacity(spec) else 0.0
     return plan_replicas(
-        policy_variants(spec),
-        variant_states(spec, view),
+        variants,
+        states,
         max(0, desired_replicas),
         now,
         length_shares=length_shares_from_buckets(length_buckets or {}),
+        rounding_slack=min(max(slack, 0.0), 0.999999),
     )
 
 

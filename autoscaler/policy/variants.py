@@ -396,6 +396,7 @@ def plan_replicas(
     now: float,
     *,
     length_shares: Mapping[int, float] | None = None,
+    rounding_slack: float = 0.0,
 ) -> VariantPlan:
     """Split the model's ``desired_replicas`` (decided once from every variant's pods)
     over the variants, from their current replicas, by capacity (`split`).
@@ -404,7 +405,10 @@ def plan_replicas(
     caller counts the current replicas the same way, `capacity_units`, so a decision that
     holds asks for exactly the capacity running). The demand split is ``desired_replicas``
     capacity units; a variant's replica covers its ``capacity_per_replica`` of them, so
-    one H100 of capacity 3 replaces three slices of capacity 1.
+    one H100 of capacity 3 replaces three slices of capacity 1. ``rounding_slack``: what
+    the caller's rounding up of the current capacity added (`capacity_units`: 6.75 is
+    counted 7, slack 0.25); it comes off the demand, so a decision that holds never grows
+    a variant for a rounding.
 
     ``length_shares`` (class upper bound in tokens -> share of the demand, from the pods'
     request-length histogram, `length_shares_from_buckets`): the demand of a class longer
@@ -426,10 +430,12 @@ def plan_replicas(
     stamps the plan."""
     if desired_replicas < 0:
         raise ConfigError(f"desired_replicas: value {desired_replicas} must be >= 0")
+    if not 0.0 <= rounding_slack < 1.0:
+        raise ConfigError(f"rounding_slack: value {rounding_slack} must be in [0, 1)")
     stuck = sum(
         states[v.name].pending * v.capacity_per_replica for v in variants if v.name in states
     )
-    total = float(desired_replicas) + stuck
+    total = max(0.0, desired_replicas - rounding_slack) + stuck
     notes: list[str] = []
     lengths_known = bool(length_shares) and any(s > 0 for s in (length_shares or {}).values())
     if lengths_known:

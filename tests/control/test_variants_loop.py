@@ -260,3 +260,23 @@ async def test_without_a_length_histogram_all_demand_is_servable_and_that_is_sai
     [d] = await loop.tick()
     assert cluster.writes == [("llama-mig", 3)]
     assert d.numbers["variants.lengths_known"] == 0.0
+
+
+async def test_a_decision_that_holds_a_fractional_capacity_grows_nothing() -> None:
+    # one H100 of capacity 2.5 is counted as 3 reference replicas (rounded up); a decision
+    # that holds at 3 must not grow a slice for the rounding's half unit
+    signals = LengthSignals(length_buckets={1024.0: 10.0, math.inf: 10.0})
+    loop, cluster, state, clock = make_capacity(signals)
+    spec = next(iter(state.targets.values())).spec
+    h100 = replace(H100_X3, capacity_per_replica=2.5)
+    loop.set_targets([StoredTarget(replace(spec, variants=(h100, MIG_8K)), "2")])
+    signals.values = {"waiting": 12}  # 12 / 4: three reference replicas
+    [d] = await loop.tick()
+    assert (d.current_replicas, d.desired_replicas) == (3, 3)
+    assert cluster.writes == []
+    assert d.numbers["variants.demand_capacity"] == 2.5
+    signals.values = {"waiting": 16}  # one more reference replica: one slice
+    await clock.advance(60.0)
+    [d] = await loop.tick()
+    assert (d.current_replicas, d.desired_replicas) == (3, 4)
+    assert cluster.writes == [("llama-mig", 1)]

@@ -459,3 +459,13 @@ def test_length_shares_weigh_each_bucket_by_its_requests_and_midpoint() -> None:
     # nothing observed in the window: unknown, not "all short"
     assert length_shares_from_buckets({1024.0: 0.0, math.inf: 0.0}) == {}
     assert length_shares_from_buckets({}) == {}
+
+
+def test_the_rounding_slack_comes_off_the_demand_and_is_checked() -> None:
+    h100 = Variant("h100", 4.0, 2.5)
+    states = {"slice": VariantState(0), "h100": VariantState(1)}
+    # 2.5 running was counted 3: a decision of 3 with slack 0.5 is 2.5, covered
+    assert plan_replicas([SLICE8K, h100], states, 3, now=0.0, rounding_slack=0.5).changes == ()
+    assert plan_replicas([SLICE8K, h100], states, 3, now=0.0).replicas["slice"] == 1
+    with pytest.raises(ConfigError, match=r"rounding_slack: value 1.0 must be in \[0, 1\)"):
+        plan_replicas([SLICE8K, h100], states, 3, now=0.0, rounding_slack=1.0)

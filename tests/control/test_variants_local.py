@@ -224,7 +224,8 @@ async def test_under_load_the_cheaper_variant_grows_until_its_slices_run_out_the
             assert c.seen[mark:] == [(1, 3), (1, 2), (1, 1), (1, 0)], c.seen
             downs = c.events("VariantScaledDown")
             assert any(
-                "variant h100: 2 -> 1 replicas (scale-down: most expensive variant first"
+                "variant h100: 2 -> 1 replicas (scale-down: most expensive variant per unit"
+                " of capacity first"
                 in e["message"]
                 for e in downs
             )

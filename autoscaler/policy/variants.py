@@ -495,6 +495,8 @@ def plan_replicas(
                 message = f"{forced}; {message}"
             if skipped:
                 message += "; skipped cheaper: " + ", ".join(skipped)
+            if v.max_model_len is not None and not lengths_known:
+                message += "; request lengths unknown: its maxModelLen not applied"
         else:
             reason = "scale-down"
             message = f"most expensive variant per unit of capacity first (cost {cost})"

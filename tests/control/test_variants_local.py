@@ -225,8 +225,7 @@ async def test_under_load_the_cheaper_variant_grows_until_its_slices_run_out_the
             downs = c.events("VariantScaledDown")
             assert any(
                 "variant h100: 2 -> 1 replicas (scale-down: most expensive variant per unit"
-                " of capacity first"
-                in e["message"]
+                " of capacity first" in e["message"]
                 for e in downs
             )
 

@@ -436,6 +436,8 @@ def test_long_prompts_grow_only_the_variant_whose_max_model_len_serves_them() ->
     assert blind.replicas == {"slice": 6, "h100": 0} and not blind.lengths_known
     assert blind.too_long_share == {}
     assert any("no request-length histogram" in n for n in blind.notes)
+    (grown,) = blind.changes
+    assert grown.message.endswith("; request lengths unknown: its maxModelLen not applied")
 
 
 def test_the_plan_reports_the_share_no_variant_serves_and_splits_the_rest() -> None:

@@ -208,7 +208,7 @@ def _variants_field() -> dict[str, Any]:
                 },
                 "capacityPerReplica": {
                     **positive,
-                    "description": "Demand one replica serves within the SLO; unset: learned.",
+                    "description": "Reference replicas one replica covers (relative capacity); unset: 1 until learned.",
                 },
                 "minReplicas": {"type": "integer", "minimum": 0},
                 "maxReplicas": {"type": "integer", "minimum": 0},

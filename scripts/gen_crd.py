@@ -208,7 +208,10 @@ def _variants_field() -> dict[str, Any]:
                 },
                 "capacityPerReplica": {
                     **positive,
-                    "description": "Reference replicas one replica covers (relative capacity); unset: 1 until learned.",
+                    "description": (
+                        "Reference replicas one replica covers (relative capacity); "
+                        "unset: 1 until learned."
+                    ),
                 },
                 "minReplicas": {"type": "integer", "minimum": 0},
                 "maxReplicas": {"type": "integer", "minimum": 0},

@@ -101,7 +101,8 @@ _VLLM_HISTOGRAMS: Final[tuple[str, ...]] = (
     "vllm:inter_token_latency_seconds",
 )
 # Prompt lengths: read only for a target whose variants have a maxModelLen (the length
-# classes of policy/variants.py), asked for with ``lengths`` (+1.7 kB on the filtered 0.10 fixture page).
+# classes of policy/variants.py), asked for with ``lengths`` (+1.7 kB on the filtered
+# 0.10 fixture page).
 VLLM_LENGTH_FAMILIES: Final[tuple[str, ...]] = ("vllm:request_prompt_tokens",)
 VLLM_LENGTH_SAMPLES: Final[tuple[str, ...]] = sample_names(histograms=VLLM_LENGTH_FAMILIES)
 _VLLM_COUNTERS: Final[tuple[str, ...]] = (

@@ -66,7 +66,7 @@ class VariantSpec:
     name: str
     scale_target_ref: ScaleTargetRef
     cost_per_replica_hour: float  # relative: a GPU-hour price or a slice's share
-    capacity_per_replica: float | None = None  # None: learned
+    capacity_per_replica: float | None = None  # None: 1 (the reference) until learned
     min_replicas: int = 0
     max_replicas: int | None = None
     max_model_len: int | None = None

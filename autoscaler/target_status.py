@@ -25,7 +25,9 @@ class VariantStatus:
     target's status). ``replicas``: the Deployment's replicas when observed;
     ``desiredReplicas``: the split's count for it; ``pendingReplicas``: created, not Ready;
     ``unschedulableReplicas``: of those, what no node can take now; ``blocked``: why it
-    could not grow when growth was wanted."""
+    could not grow when growth was wanted; ``capacityPerReplica``: reference replicas one
+    of its replicas covers (unset: 1); ``maxModelLen`` as written; ``tooLongShare``: of
+    the demand, the share over its maxModelLen (only longer variants serve it)."""
 
     name: str
     replicas: int
@@ -37,6 +39,9 @@ class VariantStatus:
     free_slots: int | None = None
     blocked: str | None = None
     role: str | None = None  # prefill | decode: a target whose variants carry roles
+    capacity_per_replica: float | None = None  # None: not set (1 until learned)
+    max_model_len: int | None = None
+    too_long_share: float | None = None  # None: no demand over its maxModelLen
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -54,6 +59,12 @@ class VariantStatus:
             doc["blocked"] = self.blocked
         if self.role is not None:
             doc["role"] = self.role
+        if self.capacity_per_replica is not None:
+            doc["capacityPerReplica"] = self.capacity_per_replica
+        if self.max_model_len is not None:
+            doc["maxModelLen"] = self.max_model_len
+        if self.too_long_share is not None:
+            doc["tooLongShare"] = round(self.too_long_share, 4)
         return doc
 
 

@@ -208,7 +208,10 @@ def _variants_field() -> dict[str, Any]:
                 },
                 "capacityPerReplica": {
                     **positive,
-                    "description": "Demand one replica serves within the SLO; unset: learned.",
+                    "description": (
+                        "Reference replicas one replica covers (relative capacity); "
+                        "unset: 1 until learned."
+                    ),
                 },
                 "minReplicas": {"type": "integer", "minimum": 0},
                 "maxReplicas": {"type": "integer", "minimum": 0},
@@ -409,6 +412,9 @@ def _status_schema() -> dict[str, Any]:
                         "freeSlots": {"type": "integer", "minimum": 0},
                         "blocked": {"type": "string"},
                         "role": {"type": "string", "enum": ["prefill", "decode"]},
+                        "capacityPerReplica": {"type": "number"},
+                        "maxModelLen": {"type": "integer", "minimum": 1},
+                        "tooLongShare": {"type": "number", "minimum": 0, "maximum": 1},
                     },
                 },
             },

@@ -62,7 +62,12 @@ from autoscaler.control.roles import (
     role_targets,
 )
 from autoscaler.control.state import ControllerState, TargetStatus
-from autoscaler.control.variants import plan_for, status_rows
+from autoscaler.control.variants import (
+    capacity_observation,
+    plan_for,
+    status_rows,
+    variant_numbers,
+)
 from autoscaler.domain import (
     Decision,
     DecisionState,
@@ -447,6 +452,8 @@ class ControlLoop:
             planner.update(now, reading.signals, view)
             forecast = planner.forecast(now)
         obs = _observation(now, view, reading, forecast)
+        if spec.variants:  # replicas counted by capacity (docs/policy.md "Variants")
+            obs = capacity_observation(spec, view, obs)
         prev = self._decision_states.get(ref)
         if prev is None:  # first reconcile here (new target, restart, new leader): HPA's
             prev = initial_state(obs.current_replicas, now)  # initial recommendation
@@ -456,14 +463,18 @@ class ControlLoop:
         applied = False
         frozen = spec.pause is not None  # a paused target's warm pool is left as it is
         # Variants: the one decision split over the Deployments (docs/policy.md "Variants")
-        plan = plan_for(spec, view, decision.desired_replicas, now) if spec.variants else None
+        plan = (
+            plan_for(spec, view, decision.desired_replicas, now, reading.length_buckets)
+            if spec.variants
+            else None
+        )
         written: tuple[VariantChange, ...] = ()
         sleeps = plan is None and self.sleepers is not None and self.sleepers.wants(spec, view)
         sleeping: int | None = view.sleeping_replicas if sleeps else None
         if plan is not None:
             if can_write and (decision.changed or (plan.changes and not frozen)):
                 decision, new_state, obs, view, plan, written = await self._apply_variants(
-                    spec, obs, prev, decision, new_state, view, plan
+                    spec, obs, prev, decision, new_state, view, plan, reading.length_buckets
                 )
                 applied = bool(written)
         elif can_write and (decision.changed or (sleeps and not frozen)):
@@ -502,6 +513,9 @@ class ControlLoop:
         if holder:
             await self._report_metrics(spec, view, reading)
         if plan is not None:
+            decision = replace(
+                decision, numbers={**decision.numbers, **variant_numbers(spec, plan)}
+            )
             st.variants = status_rows(spec, view, plan)
         try:  # every tick: the recorder decides what is worth an Event or a status write
             if holder and plan is not None:
@@ -674,6 +688,7 @@ class ControlLoop:
         new_state: DecisionState,
         view: TargetView,
         plan: VariantPlan,
+        lengths: Mapping[float, float],
     ) -> tuple[
         Decision, DecisionState, Observation, TargetView, VariantPlan, tuple[VariantChange, ...]
     ]:
@@ -708,8 +723,9 @@ class ControlLoop:
                     pending_replicas=view.pending_replicas,
                     capacity_max_replicas=view.capacity_max_replicas,
                 )
+                obs = capacity_observation(spec, view, obs)
                 decision, new_state = self._decide(spec, obs, prev, obs.t)
-                plan = plan_for(spec, view, decision.desired_replicas, obs.t)
+                plan = plan_for(spec, view, decision.desired_replicas, obs.t, lengths)
                 if not plan.changes:
                     return decision, new_state, obs, view, plan, tuple(written)
             except ActuationError as err:

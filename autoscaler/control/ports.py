@@ -82,6 +82,9 @@ class SignalReading:
     rejected: Mapping[str, int] = field(default_factory=dict)  # out-of-range pods by reason
     held: int = 0  # requests held at the activators (control/held.py)
     in_flight: int = 0  # requests the activators have forwarded and not finished
+    # prompt-length histogram (upper bound in tokens -> cumulative requests over the
+    # window); empty: not read. A target with variants steers long requests by it.
+    length_buckets: Mapping[float, float] = field(default_factory=dict)
 
 
 class ClusterPort(Protocol):

@@ -143,8 +143,14 @@ def plan_role(
     spec: TargetSpec, view: TargetView, role: Role, desired_replicas: int, now: float
 ) -> VariantPlan:
     """The role's count split over the role's variants only (cheapest first up, the
-    unschedulable skip, most expensive first down)."""
-    variants = tuple(v for v in policy_variants(spec) if _role_of(spec, v.name) == role)
+    unschedulable skip, most expensive first down). A role is sized in pods (per-replica
+    targets of the ``roles`` block), so here every replica counts as one: capacity and
+    length steering are the role-less split's (docs/policy.md "Variants")."""
+    variants = tuple(
+        replace(v, capacity_per_replica=1.0, max_model_len=None)
+        for v in policy_variants(spec)
+        if _role_of(spec, v.name) == role
+    )
     states = {
         name: s for name, s in variant_states(spec, view).items() if _role_of(spec, name) == role
     }

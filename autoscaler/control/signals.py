@@ -39,12 +39,16 @@ class SourceSignals:
             # sleepers' idle series out of a query-based source (Prometheus): the
             # averages are over the awake pods only, as the pod scrape reads them
             exclude(str(spec.ref), [r.name for r in view.replicas if r.sleeping])
+        want_lengths = getattr(self.source, "want_lengths", None)
+        if callable(want_lengths):  # variants with a maxModelLen: prompt lengths steer them
+            want_lengths(str(spec.ref), any(v.max_model_len is not None for v in spec.variants))
         reading = await self.source.read(str(spec.ref), view.pods, now)
         return SignalReading(
             signals=dict(reading.signals),
             pods_read=reading.pods_read,
             errors=reading.errors,
             rejected=dict(reading.rejected),
+            length_buckets=dict(reading.length_buckets),
         )
 
     def forget(self, ref: TargetRef) -> None:

@@ -100,6 +100,11 @@ _VLLM_HISTOGRAMS: Final[tuple[str, ...]] = (
     "vllm:time_to_first_token_seconds",
     "vllm:inter_token_latency_seconds",
 )
+# Prompt lengths: read only for a target whose variants have a maxModelLen (the length
+# classes of policy/variants.py), asked for with ``lengths`` (+1.7 kB on the filtered
+# 0.10 fixture page).
+VLLM_LENGTH_FAMILIES: Final[tuple[str, ...]] = ("vllm:request_prompt_tokens",)
+VLLM_LENGTH_SAMPLES: Final[tuple[str, ...]] = sample_names(histograms=VLLM_LENGTH_FAMILIES)
 _VLLM_COUNTERS: Final[tuple[str, ...]] = (
     "vllm:prompt_tokens",
     "vllm:generation_tokens",
@@ -145,6 +150,9 @@ def _vllm(page: Page, extra: Page | None, strict: bool) -> EngineSnapshot:
         itl = _histogram(extra.families.get("vllm:time_per_output_token_seconds"), strict)
     if itl is not None:
         hist["itl"] = itl
+    prompt_len = _histogram(f.get("vllm:request_prompt_tokens"), strict)
+    if prompt_len is not None:
+        hist["prompt_len"] = prompt_len
     if extra is not None:
         for key, name in (
             ("e2e", "vllm:e2e_request_latency_seconds"),
@@ -404,11 +412,13 @@ def read_snapshot(
     *,
     strict: bool = False,
     details: bool = False,
+    lengths: bool = False,
     max_lines: int | None = None,
 ) -> EngineSnapshot:
     """Parse one page with the engine's adapter (auto-detected from metric prefixes).
 
-    ``details`` also reads e2e/queue histograms (for the offline command). Raises
+    ``details`` also reads e2e/queue histograms (for the offline command); ``lengths``
+    vLLM's prompt-length histogram (``prompt_len``, for variants' length classes). Raises
     `ParseError` on an invalid page, on a page over ``max_lines`` (see `parse_page`) or
     when no known engine's metrics are present. A plain function of its arguments (no
     event loop, no I/O), so it can run in a worker thread or process.
@@ -422,6 +432,8 @@ def read_snapshot(
     if adapter is None:
         raise ValueError(f"engine={name!r}: must be one of auto, {', '.join(ENGINES)}")
     wanted = adapter.families + (VLLM_DETAIL_FAMILIES if details and name == "vllm" else ())
+    if lengths and name == "vllm":
+        wanted += VLLM_LENGTH_FAMILIES
     page = parse_page(text, wanted, strict=strict, max_lines=max_lines)
     extra: Page | None = None
     needs_extra = name == "vllm" and "vllm:inter_token_latency_seconds" not in page.families

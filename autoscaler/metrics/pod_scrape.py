@@ -29,17 +29,27 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from autoscaler.errors import AutoscalerError
-from autoscaler.metrics.engines import ADAPTERS, EngineSnapshot, read_snapshot
+from autoscaler.metrics.engines import (
+    ADAPTERS,
+    VLLM_LENGTH_SAMPLES,
+    EngineSnapshot,
+    read_snapshot,
+)
+from autoscaler.metrics.filtering import name_query
 from autoscaler.metrics.page_client import PageClient
 from autoscaler.metrics.signals import (
     DEFAULT_WINDOW_S,
     PodHistory,
     aggregate,
+    length_buckets,
     observe,
     snapshot_violation,
     split_valid,
 )
 from autoscaler.metrics.source import PodEndpoint, TargetReading
+
+# appended to the vLLM request filter for a target that reads prompt lengths
+LENGTH_QUERY = name_query(VLLM_LENGTH_SAMPLES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +93,16 @@ class PodScrapeSource:
         self._parse_slot = asyncio.Semaphore(1)  # large pages queue here, not in the thread
         # pod URLs whose server answered a filtered request with none of the families
         self.unfiltered_pods: set[str] = set()
+        # targets whose prompt-length histogram is read (`want_lengths`)
+        self._length_keys: set[str] = set()
+
+    def want_lengths(self, key: str, wanted: bool) -> None:
+        """Read (or stop reading) the pods' prompt-length histogram for target ``key``:
+        a target with variants that have a maxModelLen steers long prompts by it."""
+        if wanted:
+            self._length_keys.add(key)
+        else:
+            self._length_keys.discard(key)
 
     def _client(self) -> PageClient:
         if self._http is None:
@@ -113,7 +133,9 @@ class PodScrapeSource:
             return engine
         return previous.snapshot.engine if previous is not None else None
 
-    async def _scrape(self, pod: PodEndpoint, previous: PodHistory | None) -> EngineSnapshot | str:
+    async def _scrape(
+        self, pod: PodEndpoint, previous: PodHistory | None, lengths: bool = False
+    ) -> EngineSnapshot | str:
         """Fetch and read one pod; an error message instead of raising.
 
         The page is parsed here, as soon as it arrives, so parsing overlaps the other
@@ -127,12 +149,15 @@ class PodScrapeSource:
             or not self.config.filter_families
             or pod.url in self.unfiltered_pods
         ):
-            return await self._get_and_read(pod, b"", previous, None)
-        result = await self._get_and_read(pod, adapter.request_query, previous, adapter.engine)
+            return await self._get_and_read(pod, b"", previous, None, lengths)
+        query = adapter.request_query
+        if lengths and adapter.engine == "vllm":
+            query += b"&" + LENGTH_QUERY
+        result = await self._get_and_read(pod, query, previous, adapter.engine, lengths)
         if isinstance(result, str) or _has_data(result):
             return result
         # none of the families asked for: a server that cannot filter (module doc)
-        whole = await self._get_and_read(pod, b"", previous, None)
+        whole = await self._get_and_read(pod, b"", previous, None, lengths)
         if not isinstance(whole, str) and _has_data(whole):
             if len(self.unfiltered_pods) >= 65536:
                 self.unfiltered_pods.clear()
@@ -140,7 +165,12 @@ class PodScrapeSource:
         return whole
 
     async def _get_and_read(
-        self, pod: PodEndpoint, query: bytes, previous: PodHistory | None, engine: str | None
+        self,
+        pod: PodEndpoint,
+        query: bytes,
+        previous: PodHistory | None,
+        engine: str | None,
+        lengths: bool = False,
     ) -> EngineSnapshot | str:
         """GET the page (with ``query``) and read it: with ``engine``, else `_snapshot`'s."""
         try:
@@ -151,23 +181,23 @@ class PodScrapeSource:
             return f"{pod.name}: {type(exc).__name__}: {exc}"
         try:
             if len(body) <= self.config.thread_parse_bytes:
-                return self._read_body(body, previous, engine)
-            return await self._snapshot_in_thread(body, previous, engine)
+                return self._read_body(body, previous, engine, lengths)
+            return await self._snapshot_in_thread(body, previous, engine, lengths)
         except UnicodeDecodeError as exc:
             return f"{pod.name}: {type(exc).__name__}: {exc}"
         except AutoscalerError as exc:
             return f"{pod.name}: {exc}"
 
     def _read_body(
-        self, body: bytes, previous: PodHistory | None, engine: str | None
+        self, body: bytes, previous: PodHistory | None, engine: str | None, lengths: bool = False
     ) -> EngineSnapshot:
         page = body.decode("utf-8", errors="strict")
         if engine is not None:  # a filtered page: read as asked, never re-detected
-            return read_snapshot(page, engine)
-        return self._snapshot(page, previous)
+            return read_snapshot(page, engine, lengths=lengths)
+        return self._snapshot(page, previous, lengths)
 
     async def _snapshot_in_thread(
-        self, body: bytes, previous: PodHistory | None, engine: str | None
+        self, body: bytes, previous: PodHistory | None, engine: str | None, lengths: bool = False
     ) -> EngineSnapshot:
         """Decode and `_snapshot` in the parse thread: the loop waits without being blocked.
 
@@ -180,12 +210,15 @@ class PodScrapeSource:
         async with self._parse_slot:
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(
-                self._parse_thread, self._read_body, body, previous, engine
+                self._parse_thread, self._read_body, body, previous, engine, lengths
             )
 
     async def read(self, key: str, pods: Sequence[PodEndpoint], now: float) -> TargetReading:
         histories = self._histories.setdefault(key, {})
-        results = await asyncio.gather(*(self._scrape(p, histories.get(p.name)) for p in pods))
+        lengths = key in self._length_keys
+        results = await asyncio.gather(
+            *(self._scrape(p, histories.get(p.name), lengths) for p in pods)
+        )
         read: list[PodHistory] = []
         errors: list[str] = []
         rejected: dict[str, int] = {}
@@ -219,9 +252,12 @@ class PodScrapeSource:
             pods_expected=len(pods),
             errors=tuple(errors),
             rejected=rejected,
+            length_buckets=length_buckets(read),
         )
 
-    def _snapshot(self, page: str, previous: PodHistory | None) -> EngineSnapshot:
+    def _snapshot(
+        self, page: str, previous: PodHistory | None, lengths: bool = False
+    ) -> EngineSnapshot:
         """Read a page with the configured engine, else the one this pod had last time.
 
         Detection scans the page head for every engine's prefix; a pod keeps its engine,
@@ -230,15 +266,16 @@ class PodScrapeSource:
         """
         engine = self.config.engine
         if engine != "auto" or previous is None:
-            return read_snapshot(page, engine)
-        snapshot = read_snapshot(page, previous.snapshot.engine)
+            return read_snapshot(page, engine, lengths=lengths)
+        snapshot = read_snapshot(page, previous.snapshot.engine, lengths=lengths)
         if _has_data(snapshot):
             return snapshot
-        return read_snapshot(page, "auto")
+        return read_snapshot(page, "auto", lengths=lengths)
 
     def forget(self, key: str) -> None:
         """Drop a target's histories (target deleted)."""
         self._histories.pop(key, None)
+        self._length_keys.discard(key)
 
     def release_buffers(self) -> int:
         """Free the page client's receive buffers kept for reuse (between bursts of

@@ -566,6 +566,17 @@ def pod_bucket_increases(history: PodHistory) -> dict[str, dict[float, float]]:
 # Prometheus mode's counterpart is buckets.bucket_quantile (Prometheus 2.42 to the bit); this
 # one, the pod-scrape path's, differs at the edges, as tests/metrics/test_signals.py pins: None
 # for NaN, counts floored at 0, and q = 0 over an empty lowest bucket reads 0, not NaN.
+def length_buckets(histories: Sequence[PodHistory]) -> dict[float, float]:
+    """The prompt-length histogram (``prompt_len``: tokens per request) over the window,
+    ``sum by (le)`` over the pods read: cumulative increases by upper bound. Empty when
+    no pod has it over the window (unknown, never "no long requests")."""
+    return merge_buckets(
+        parts["prompt_len"]
+        for parts in (pod_bucket_increases(h) for h in histories)
+        if "prompt_len" in parts
+    )
+
+
 def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
     """Prometheus ``histogram_quantile`` over cumulative counts by upper bound.
 

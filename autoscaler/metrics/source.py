@@ -38,6 +38,9 @@ class TargetReading:
     pods_expected: int = 0
     errors: tuple[str, ...] = ()
     rejected: Mapping[str, int] = field(default_factory=dict)  # reason -> pods (or answers)
+    # prompt-length histogram over the window (upper bound in tokens -> cumulative requests,
+    # summed over pods); empty: not read (variants' length classes, policy/variants.py)
+    length_buckets: Mapping[float, float] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:

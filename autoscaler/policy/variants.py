@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 
 from autoscaler.errors import ConfigError
 
@@ -323,14 +323,70 @@ class VariantChange:
 
 @dataclass(frozen=True, slots=True)
 class VariantPlan:
-    """The controller's split of one decision over the variants, at ``t``."""
+    """The controller's split of one decision over the variants, at ``t``.
+
+    ``desired_replicas`` is the decision's total in reference replicas (a replica of
+    ``capacity_per_replica`` 1: see `plan_replicas`); ``demand_capacity`` the capacity
+    split (that total plus the unschedulable pods' capacity, kept in their variants)."""
 
     t: float
-    desired_replicas: int  # the decision's total (replicas that can run)
+    desired_replicas: int  # the decision's total (reference replicas that can run)
     replicas: Mapping[str, int]  # per variant, what to write
     changes: tuple[VariantChange, ...]  # the variants whose replicas move (write these)
     unplaced_replicas: int  # of the total, what no variant could place now
     blocked: Mapping[str, str]  # variant -> why it could not grow (when growth was wanted)
+    demand_capacity: float = 0.0  # capacity units split (reference replicas + stuck pods)
+    unservable_share: float = 0.0  # of the demand, longer than every variant's maxModelLen
+    too_long_share: Mapping[str, float] = field(default_factory=dict)  # variant -> share over
+    # its maxModelLen (only longer variants serve it); absent: 0
+    lengths_known: bool = False  # False: no length histogram, one class every variant serves
+    notes: tuple[str, ...] = ()
+
+
+def capacity_units(
+    variants: Sequence[Variant], replicas: Mapping[str, int], *, round_up: bool = True
+) -> int:
+    """Replicas per variant as reference replicas (capacity 1 each): what the decision
+    counts for a target with variants, so an H100 of capacity 3 weighs three slices of
+    capacity 1. Rounded up (a fraction of a reference replica is one to the policy), 0
+    stays 0."""
+    total = sum(v.capacity_per_replica * replicas.get(v.name, 0) for v in variants)
+    return math.ceil(total - EPS) if round_up else round(total)
+
+
+def length_shares_from_buckets(cumulative: Mapping[float, float]) -> dict[int, float]:
+    """Length classes from a request-length histogram's cumulative bucket increases over
+    the window (upper bound in tokens -> requests at most that long, ``+Inf`` included):
+    class upper bound -> share of the tokens (each bucket's requests times its midpoint;
+    the ``+Inf`` bucket at the highest finite bound + 1, the least its requests can be).
+    Empty (no histogram, no request in the window): {} (the caller's "unknown")."""
+    bounds = sorted(b for b in cumulative if not math.isnan(b))
+    shares: dict[int, float] = {}
+    below, lo = 0.0, 0.0
+    running = 0.0
+    for b in bounds:
+        running = max(running, float(cumulative[b]))  # non-monotonic fixed as Prometheus
+        count = max(0.0, running - below)
+        below = running
+        if math.isinf(b):
+            key = math.floor(lo) + 1
+            mid = float(key)
+        else:
+            key = max(1, math.ceil(b))
+            mid = max(1.0, (lo + b) / 2)
+            lo = b
+        if count > 0:
+            shares[key] = shares.get(key, 0.0) + count * mid
+    total = sum(shares.values())
+    if total <= 0:
+        return {}
+    return {k: v / total for k, v in sorted(shares.items())}
+
+
+def _too_long_text(bound: int, servers: Sequence[str]) -> str:
+    names = ", ".join(servers)
+    verb = "serves" if len(servers) == 1 else "serve"
+    return f"requests over {bound} tokens: only {names} {verb} them"
 
 
 def plan_replicas(
@@ -338,56 +394,112 @@ def plan_replicas(
     states: Mapping[str, VariantState],
     desired_replicas: int,
     now: float,
+    *,
+    length_shares: Mapping[int, float] | None = None,
+    rounding_slack: float = 0.0,
 ) -> VariantPlan:
     """Split the model's ``desired_replicas`` (decided once from every variant's pods)
-    over the variants, from their current replicas (`split` with one unit of demand per
-    replica: every variant's replica counts as one of the decision's, so the order is the
-    cost per replica-hour).
+    over the variants, from their current replicas, by capacity (`split`).
+
+    The decision counts reference replicas: a replica of ``capacity_per_replica`` 1 (the
+    caller counts the current replicas the same way, `capacity_units`, so a decision that
+    holds asks for exactly the capacity running). The demand split is ``desired_replicas``
+    capacity units; a variant's replica covers its ``capacity_per_replica`` of them, so
+    one H100 of capacity 3 replaces three slices of capacity 1. ``rounding_slack``: what
+    the caller's rounding up of the current capacity added (`capacity_units`: 6.75 is
+    counted 7, slack 0.25); it comes off the demand, so a decision that holds never grows
+    a variant for a rounding.
+
+    ``length_shares`` (class upper bound in tokens -> share of the demand, from the pods'
+    request-length histogram, `length_shares_from_buckets`): the demand of a class longer
+    than a variant's ``max_model_len`` counts only toward the variants that serve it.
+    None or empty (no histogram read): one class every variant serves, and a note says
+    so (missing is never "no long requests").
 
     ``states[v].pending`` are pods the scheduler cannot place: ``desired_replicas``
-    counts replicas that can run, so those pods come on top (kept in their variant, which
-    is skipped for growth; when a Deployment shrinks, Kubernetes removes its unscheduled
-    pods first).
+    counts replicas that can run, so those pods' capacity comes on top (kept in their
+    variant, which is skipped for growth; when a Deployment shrinks, Kubernetes removes
+    its unscheduled pods first).
 
-    Growth goes one replica at a time to the cheapest variant that can place a pod (not
-    at its max, no unschedulable pod, a free slot in the capacity book); removal takes
-    from the most expensive variant first; each variant stays within its min/max, and
-    a total the variants cannot place is reported (``unplaced_replicas``), never chased.
-    Pure: ``now`` only stamps the plan."""
+    Growth goes one replica at a time to the cheapest variant per unit of capacity that
+    can place a pod (not at its max, no unschedulable pod, a free slot in the capacity
+    book) and serves the longest uncovered class; removal takes from the most expensive
+    per unit of capacity first, while the demand stays covered; each variant stays
+    within its min/max, and demand the variants cannot place is reported
+    (``unplaced_replicas``, in reference replicas), never chased. Pure: ``now`` only
+    stamps the plan."""
     if desired_replicas < 0:
         raise ConfigError(f"desired_replicas: value {desired_replicas} must be >= 0")
-    unit = [replace(v, capacity_per_replica=1.0, max_model_len=None) for v in variants]
-    stuck = sum(states[v.name].pending for v in unit if v.name in states)
-    total = float(desired_replicas + stuck)
-    result = split(unit, states, (LengthDemand(1, total),))
-    by_cost = sorted(unit, key=lambda v: (v.cost_per_replica_hour, v.name))
+    if not 0.0 <= rounding_slack < 1.0:
+        raise ConfigError(f"rounding_slack: value {rounding_slack} must be in [0, 1)")
+    stuck = sum(
+        states[v.name].pending * v.capacity_per_replica for v in variants if v.name in states
+    )
+    total = max(0.0, desired_replicas - rounding_slack) + stuck
+    notes: list[str] = []
+    lengths_known = bool(length_shares) and any(s > 0 for s in (length_shares or {}).values())
+    if lengths_known:
+        demand = demand_by_length(total, length_shares or {})
+    else:
+        demand = (LengthDemand(1, total),)
+        if any(v.max_model_len is not None for v in variants):
+            notes.append(
+                "no request-length histogram read: all demand counted as servable by every"
+                " variant (maxModelLen not applied)"
+            )
+    result = split(variants, states, demand)
+    by_cost = sorted(variants, key=lambda v: (v.cost_per_capacity, v.cost_per_replica_hour, v.name))
     blocked: dict[str, str] = dict(result.blocked)
+    classes = [d for d in demand if d.demand > EPS]
+    share_of = (lambda x: x / total) if total > 0 else (lambda x: 0.0)
+    too_long: dict[str, float] = {}
+    for v in variants:
+        over = sum(d.demand for d in classes if not v.serves(d.max_len_tokens))
+        if over > EPS:
+            too_long[v.name] = share_of(over)
+    unservable_share = share_of(result.unservable_demand)
+    if result.unservable_demand > EPS:
+        longest = max(v.max_model_len or 0 for v in variants)
+        notes.append(
+            f"{unservable_share:.0%} of the demand is over {longest} tokens: no variant "
+            "serves it (not counted)"
+        )
     changes: list[VariantChange] = []
-    for v in unit:
+    for v in variants:
         before, after = states[v.name].replicas, result.replicas[v.name]
         if after == before:
             continue
-        cost = f"{v.cost_per_replica_hour:g}/replica-hour"
+        cost = f"{v.cost_per_capacity:g}/capacity-hour"
         if after > before and before < v.min_replicas and after <= v.min_replicas:
             reason, message = "min-replicas", f"raised to minReplicas {v.min_replicas}"
         elif after < before and v.max_replicas is not None and after == v.max_replicas:
             reason, message = "max-replicas", f"lowered to maxReplicas {v.max_replicas}"
         elif after > before:
             skipped = []
+            forced = ""
             for cheaper in by_cost:
                 if cheaper.name == v.name:
                     break
+                long = [d for d in classes if not cheaper.serves(d.max_len_tokens)]
+                if long and v.serves(long[0].max_len_tokens) and not forced:
+                    servers = [w.name for w in variants if w.serves(long[0].max_len_tokens)]
+                    forced = _too_long_text(cheaper.max_model_len or 0, servers)
                 added = result.replicas[cheaper.name] - states[cheaper.name].replicas
                 why = _can_place(cheaper, states[cheaper.name], max(0, added))
                 if why is not None:
                     skipped.append(f"{cheaper.name} ({why})")
                     blocked.setdefault(cheaper.name, why)
             reason = "scale-up"
-            message = f"cheapest variant that can place a pod (cost {cost})"
+            message = f"cheapest variant per unit of capacity that can place a pod (cost {cost})"
+            if forced:
+                message = f"{forced}; {message}"
             if skipped:
                 message += "; skipped cheaper: " + ", ".join(skipped)
+            if v.max_model_len is not None and not lengths_known:
+                message += "; request lengths unknown: its maxModelLen not applied"
         else:
-            reason, message = "scale-down", f"most expensive variant first (cost {cost})"
+            reason = "scale-down"
+            message = f"most expensive variant per unit of capacity first (cost {cost})"
         changes.append(VariantChange(v.name, before, after, reason, message))
     return VariantPlan(
         t=now,
@@ -396,4 +508,9 @@ def plan_replicas(
         changes=tuple(changes),
         unplaced_replicas=math.ceil(result.unplaced_demand - EPS),
         blocked=dict(sorted(blocked.items())),
+        demand_capacity=total,
+        unservable_share=unservable_share,
+        too_long_share=too_long,
+        lengths_known=lengths_known,
+        notes=tuple(notes),
     )

@@ -224,8 +224,8 @@ async def test_under_load_the_cheaper_variant_grows_until_its_slices_run_out_the
             assert c.seen[mark:] == [(1, 3), (1, 2), (1, 1), (1, 0)], c.seen
             downs = c.events("VariantScaledDown")
             assert any(
-                "variant h100: 2 -> 1 replicas (scale-down: most expensive variant first"
-                in e["message"]
+                "variant h100: 2 -> 1 replicas (scale-down: most expensive variant per unit"
+                " of capacity first" in e["message"]
                 for e in downs
             )
 
@@ -251,3 +251,56 @@ async def test_a_variant_with_unschedulable_pods_is_skipped_for_scale_up() -> No
             assert all("skipped cheaper: mig (1 pod(s) Pending)" in e["message"] for e in ups)
             await asyncio.sleep(1.5)  # more ticks: the stuck variant is never grown
             assert c.seen[-1] == (3, 1) and all(m == 1 for _, m in c.seen), c.seen
+
+
+async def test_long_prompts_grow_the_full_gpu_variant_by_capacity_and_never_the_slices() -> None:
+    # issue 37: the H100 serves three reference replicas (capacity 3), a slice one at a
+    # lower price per unit, but only prompts up to 8192 tokens. Every prompt is 12000
+    # tokens: the slices are never grown; the H100s take the demand, three units each.
+    async with cluster(h100=1, mig=0) as c:
+        await until(lambda: len(c.runtime.replicas) == 1, 15, "the h100 pod Ready")
+        (pod,) = c.runtime.replicas.values()
+        pod.engine.inject(600, 12000, 32)
+        await until(lambda: sum(pod.engine.counters.finished.values()) > 0, 15, "requests done")
+        target = llama_target(
+            9,  # reference replicas: three H100s
+            variants=[
+                {
+                    "name": "h100",
+                    "scaleTargetRef": {"kind": "Deployment", "name": "llama-h100"},
+                    "costPerReplicaHour": 4.0,
+                    "capacityPerReplica": 3,
+                    "minReplicas": 1,
+                },
+                {
+                    "name": "mig",
+                    "scaleTargetRef": {"kind": "Deployment", "name": "llama-mig"},
+                    "costPerReplicaHour": 1.0,
+                    "capacityPerReplica": 1,
+                    "maxModelLen": 8192,
+                },
+            ],
+            # the first tick has no window of lengths yet (unknown counts as servable by
+            # all): a one-second scale-up window lets the histogram fill first
+            behavior={
+                "scaleUp": {**ONE_PER_SECOND, "stabilizationWindowSeconds": 1},
+                "scaleDown": ONE_PER_SECOND,
+            },
+        )
+        c.kube.create(CRD_PLURAL, target, group=CRD_GROUP)
+        async with controller(c.kube):
+            await until(lambda: c.seen[-1] == (3, 0), 30, "h100=3, mig=0")
+            assert all(m == 0 for _, m in c.seen), c.seen
+            await until(
+                lambda: c.status().get("variantSummary") == "h100=3,mig=0", 10, "the summary"
+            )
+            rows = {v["name"]: v for v in c.status()["variants"]}
+            assert rows["h100"]["capacityPerReplica"] == 3
+            assert rows["mig"]["maxModelLen"] == 8192 and rows["mig"]["tooLongShare"] == 1.0
+            ups = c.events("VariantScaledUp")
+            assert ups and {e["involvedObject"]["name"] for e in ups} == {"llama-h100"}
+            assert any(
+                "requests over 8192 tokens: only h100 serves them" in e["message"] for e in ups
+            ), [e["message"] for e in ups]
+            await asyncio.sleep(1.0)  # more ticks: the slices stay at 0
+            assert all(m == 0 for _, m in c.seen), c.seen

@@ -4,12 +4,13 @@ re-read, re-decided and re-split, followers never writing."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoscaler.control.clock import FakeClock
 from autoscaler.control.loop import ControlLoop
-from autoscaler.control.ports import TargetView, VariantView
+from autoscaler.control.ports import SignalReading, TargetView, VariantView
 from autoscaler.control.state import ControllerState
 from autoscaler.domain import Decision, TargetRef
 from autoscaler.errors import ConflictError
@@ -163,3 +164,119 @@ async def test_a_cluster_port_that_does_not_observe_variants_fails_the_target_cl
     assert st is not None and st.condition is not None
     assert "variants ['h100', 'mig'] not observed" in st.condition
     assert cluster.writes == []
+
+
+# ------------------------------------------------ capacity and length (issue 37)
+
+# an H100 serves three reference replicas' worth (capacity 3) at 4/hour, 1.33 per unit; a
+# MIG slice one at 1.33/hour: the same per unit, so the slices' lower price per replica
+# decides ties (`cost_per_capacity`, then per replica)
+H100_X3 = VariantSpec(
+    "h100", ScaleTargetRef(name="llama-h100"), 4.0, capacity_per_replica=3.0, min_replicas=1
+)
+MIG_8K = VariantSpec(
+    "mig",
+    ScaleTargetRef(name="llama-mig"),
+    1.33,
+    capacity_per_replica=1.0,
+    max_replicas=3,
+    max_model_len=8192,
+)
+
+
+@dataclass
+class LengthSignals(FakeSignals):
+    """`FakeSignals` with the pods' prompt-length histogram over the window."""
+
+    length_buckets: dict[float, float] = field(default_factory=dict)
+
+    async def read(self, spec: TargetSpec, view: TargetView, now: float) -> SignalReading:
+        reading = await super().read(spec, view, now)
+        return replace(reading, length_buckets=dict(self.length_buckets))
+
+
+def make_capacity(
+    signals: LengthSignals,
+) -> tuple[ControlLoop, VariantCluster, ControllerState, FakeClock]:
+    policy = validate_policy(
+        {"maxReplicaCount": 20, "metrics": [{"signal": "waiting", "target": 4}]}
+    )
+    spec = TargetSpec(
+        ref=REF,
+        policy=policy,
+        scale_target_ref=ScaleTargetRef(name="llama-h100"),
+        variants=(H100_X3, MIG_8K),
+    )
+    state, cluster, clock = ControllerState(), VariantCluster(), FakeClock()
+    loop = ControlLoop(state, cluster, signals, clock=clock)
+    loop.set_targets([StoredTarget(spec, "1")])
+    return loop, cluster, state, clock
+
+
+async def test_the_decision_counts_capacity_and_one_h100_replaces_three_slices() -> None:
+    signals = LengthSignals(length_buckets={1024.0: 10.0, math.inf: 10.0})  # all short
+    loop, cluster, state, clock = make_capacity(signals)
+    signals.values = {"waiting": 24}  # 24 / 4: six reference replicas
+    [d] = await loop.tick()
+    # the one H100 running counts as three; the other three units are the slices
+    assert (d.current_replicas, d.desired_replicas) == (3, 6)
+    assert cluster.writes == [("llama-mig", 3)]
+    assert d.numbers["variants.demand_capacity"] == 6.0
+    rows = {r.name: r for r in cluster.variant_records[-1][0]}
+    assert rows["h100"].capacity_per_replica == 3.0 and rows["mig"].max_model_len == 8192
+    # steady: six units running, nothing written
+    await clock.advance(1.0)
+    [d] = await loop.tick()
+    assert (d.current_replicas, d.desired_replicas) == (6, 6)
+    assert cluster.writes == [("llama-mig", 3)]
+    # three more units with the slices at their max: one H100, not three
+    signals.values = {"waiting": 36}
+    await clock.advance(60.0)  # past the scale-up rate limit (in reference replicas too)
+    [d] = await loop.tick()
+    assert (d.current_replicas, d.desired_replicas) == (6, 9)
+    assert cluster.writes == [("llama-mig", 3), ("llama-h100", 2)]
+
+
+async def test_long_prompts_grow_the_h100_not_the_slices_and_the_event_says_why() -> None:
+    # every prompt in the window is 8193..16384 tokens: over the slices' maxModelLen
+    signals = LengthSignals(length_buckets={8192.0: 0.0, 16384.0: 12.0, math.inf: 12.0})
+    loop, cluster, state, _ = make_capacity(signals)
+    signals.values = {"waiting": 24}
+    [d] = await loop.tick()
+    assert d.desired_replicas == 6
+    assert cluster.writes == [("llama-h100", 2)]  # 6 units: two H100s, no slice
+    rows, applied = cluster.variant_records[-1]
+    (change,) = applied
+    assert change.message.startswith("requests over 8192 tokens: only h100 serves them")
+    assert {r.name: r.too_long_share for r in rows} == {"h100": None, "mig": 1.0}
+    assert rows[1].to_dict()["tooLongShare"] == 1.0
+    assert d.numbers["variants.lengths_known"] == 1.0
+
+
+async def test_without_a_length_histogram_all_demand_is_servable_and_that_is_said() -> None:
+    signals = LengthSignals()  # no prompt-length histogram read: unknown, not "short"
+    loop, cluster, state, _ = make_capacity(signals)
+    signals.values = {"waiting": 24}
+    [d] = await loop.tick()
+    assert cluster.writes == [("llama-mig", 3)]
+    assert d.numbers["variants.lengths_known"] == 0.0
+
+
+async def test_a_decision_that_holds_a_fractional_capacity_grows_nothing() -> None:
+    # one H100 of capacity 2.5 is counted as 3 reference replicas (rounded up); a decision
+    # that holds at 3 must not grow a slice for the rounding's half unit
+    signals = LengthSignals(length_buckets={1024.0: 10.0, math.inf: 10.0})
+    loop, cluster, state, clock = make_capacity(signals)
+    spec = next(iter(state.targets.values())).spec
+    h100 = replace(H100_X3, capacity_per_replica=2.5)
+    loop.set_targets([StoredTarget(replace(spec, variants=(h100, MIG_8K)), "2")])
+    signals.values = {"waiting": 12}  # 12 / 4: three reference replicas
+    [d] = await loop.tick()
+    assert (d.current_replicas, d.desired_replicas) == (3, 3)
+    assert cluster.writes == []
+    assert d.numbers["variants.demand_capacity"] == 2.5
+    signals.values = {"waiting": 16}  # one more reference replica: one slice
+    await clock.advance(60.0)
+    [d] = await loop.tick()
+    assert (d.current_replicas, d.desired_replicas) == (3, 4)
+    assert cluster.writes == [("llama-mig", 1)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from autoscaler.errors import ParseError
 from autoscaler.metrics.engines import detect_engine, read_snapshot
 from autoscaler.metrics.exposition import parse_page
+from autoscaler.metrics.signals import length_buckets, observe
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
 
@@ -435,6 +437,27 @@ def test_details_are_not_read_unless_asked() -> None:
     assert set(read_snapshot(_page("vllm_v1_0.10.txt")).histograms) == {"ttft", "itl"}
     sglang = read_snapshot(_page("sglang.txt"), details=True)
     assert "queue" not in sglang.histograms
+
+
+def test_prompt_lengths_are_read_only_when_asked_and_merge_over_pods_per_window() -> None:
+    page = _page("vllm_v1_0.10.txt")
+    assert "prompt_len" not in read_snapshot(page).histograms  # a plain target: not read
+    snap = read_snapshot(page, lengths=True)
+    hist = snap.histograms["prompt_len"]
+    assert hist.total == 145.0 and hist.sum == pytest.approx(205364.0)
+    # two scrapes of two pods: the window's bucket increases, summed by bound
+    later = replace(
+        snap,
+        histograms={
+            **snap.histograms,
+            "prompt_len": replace(hist, counts=tuple(c + 2 for c in hist.counts)),
+        },
+    )
+    pods = [observe(observe(None, snap, 0.0, 30.0), later, 1.0, 30.0) for _ in range(2)]
+    merged = length_buckets(pods)
+    assert merged.keys() == set(hist.bounds)
+    assert set(merged.values()) == {4.0}
+    assert length_buckets([observe(None, read_snapshot(page), 0.0, 30.0)]) == {}
 
 
 def test_engine_named_explicitly_is_used_and_unknown_engine_refused() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,12 @@ from prometheus_client import Histogram, make_asgi_app
 from starlette.routing import Mount
 
 from autoscaler.api.server import serve_http
-from autoscaler.metrics.engines import ADAPTERS, VLLM_REQUEST_SAMPLES, read_snapshot
+from autoscaler.metrics.engines import (
+    ADAPTERS,
+    VLLM_LENGTH_SAMPLES,
+    VLLM_REQUEST_SAMPLES,
+    read_snapshot,
+)
 from autoscaler.metrics.pod_scrape import PodScrapeSource, ScrapeConfig
 from autoscaler.metrics.source import PodEndpoint, TargetReading
 from tests.metrics.vllm_pods import FakeVllm, start_pods
@@ -222,6 +228,37 @@ async def test_asks_a_vllm_pod_for_only_the_families_it_reads_once_detected() ->
         assert all(asked == () for asked in pod.asked[1::2])
     restricted = pods[0].page(VLLM_REQUEST_SAMPLES)
     assert b"e2e_request_latency" not in restricted and b"time_to_first_token" in restricted
+
+
+async def test_prompt_lengths_are_asked_for_and_windowed_only_for_targets_that_want_them() -> None:
+    pod = FakeVllm()
+    lengths = Histogram(
+        "vllm:request_prompt_tokens",
+        "prompt tokens per request",
+        ["model_name", "engine"],
+        buckets=[1000, 10000, 20000],
+        registry=pod.registry,
+    )
+    runner, urls = await start_pods([pod])
+    source = PodScrapeSource(ScrapeConfig(engine="vllm"))
+    endpoints = [PodEndpoint("pod-0", urls[0])]
+    try:
+        source.want_lengths("ns/variants", True)
+        pod.set(waiting=1, running=1, kv=0.1)
+        lengths.labels(*pod.key()).observe(500)
+        first = await source.read("ns/variants", endpoints, now=0.0)
+        for n in (500, 12000, 12000):
+            lengths.labels(*pod.key()).observe(n)
+        second = await source.read("ns/variants", endpoints, now=1.0)
+        plain = await source.read("ns/plain", endpoints, now=1.0)
+    finally:
+        await source.close()
+        await runner.cleanup()
+    assert pod.asked[0] == VLLM_REQUEST_SAMPLES + VLLM_LENGTH_SAMPLES
+    assert pod.asked[2] == VLLM_REQUEST_SAMPLES  # a target without maxModelLen: not asked
+    assert first.length_buckets == {}  # one scrape: no window yet (unknown, not "short")
+    assert second.length_buckets == {1000.0: 1.0, 10000.0: 1.0, 20000.0: 3.0, math.inf: 3.0}
+    assert plain.length_buckets == {} and plain.signals == second.signals
 
 
 async def test_a_configured_engine_is_asked_for_its_families_from_the_first_scrape() -> None:

@@ -13,7 +13,9 @@ from autoscaler.policy.variants import (
     LengthDemand,
     Variant,
     VariantState,
+    capacity_units,
     demand_by_length,
+    length_shares_from_buckets,
     plan_replicas,
     shortfall,
     split,
@@ -359,3 +361,113 @@ def test_a_growing_split_drops_an_addition_a_later_one_made_redundant() -> None:
     running = {"big": VariantState(0), "small": VariantState(1), "mid": VariantState(0)}
     kept = split(vs, running, demand, gap_aware=True)
     assert kept.replicas["small"] == 1
+
+
+# ------------------------------------------------ capacity and length (issue 37)
+
+# a MIG slice: 1 unit of capacity at 1/hour, prompts up to 8192 tokens; an H100: 3 units
+# at 2.5/hour (0.83 per unit: cheaper per unit of capacity), any length
+SLICE8K = Variant("slice", 1.0, 1.0, max_model_len=8192, max_replicas=3)
+H100X3 = Variant("h100", 2.5, 3.0)
+
+
+def test_one_h100_of_capacity_three_replaces_three_slices_worth_of_demand() -> None:
+    # the slices are at their max 3; the decision asks for 6 reference replicas: the
+    # other 3 units are one H100 (capacity 3), not three (as replica counting would do)
+    states = {"slice": VariantState(3), "h100": VariantState(0)}
+    plan = plan_replicas([SLICE8K, H100X3], states, 6, now=0.0)
+    assert plan.replicas == {"slice": 3, "h100": 1}
+    assert plan.demand_capacity == 6.0 and plan.unplaced_replicas == 0
+    (change,) = plan.changes
+    assert (change.name, change.from_replicas, change.to_replicas) == ("h100", 0, 1)
+    assert "0.833333/capacity-hour" in change.message
+
+
+def test_scale_up_picks_the_cheapest_per_unit_of_capacity_not_per_replica() -> None:
+    # per replica the slice is cheaper (1 < 2.5); per unit of capacity the H100 is
+    states = {"slice": VariantState(0), "h100": VariantState(0)}
+    assert plan_replicas([SLICE8K, H100X3], states, 3, now=0.0).replicas == {
+        "slice": 0,
+        "h100": 1,
+    }
+
+
+def test_a_decision_that_holds_the_current_capacity_moves_no_variant() -> None:
+    vs = [SLICE8K, H100X3]
+    counts = {"slice": 2, "h100": 2}
+    held = capacity_units(vs, counts)
+    assert held == 8  # 2 x 1 + 2 x 3 reference replicas
+    states = {k: VariantState(n) for k, n in counts.items()}
+    assert plan_replicas(vs, states, held, now=0.0).changes == ()
+
+
+def test_scale_down_removes_the_most_expensive_per_unit_of_capacity_first() -> None:
+    # the slice costs 1 per unit, this H100 4/3: the H100 goes first while covered
+    dear = Variant("h100", 4.0, 3.0)
+    states = {"slice": VariantState(3), "h100": VariantState(1)}
+    plan = plan_replicas([SLICE8K, dear], states, 3, now=0.0)
+    assert plan.replicas == {"slice": 3, "h100": 0}
+    (change,) = plan.changes
+    assert change.reason == "scale-down" and "most expensive" in change.message
+
+
+def test_capacity_units_rounds_a_fraction_up_and_keeps_zero() -> None:
+    half = Variant("half", 1.0, 0.5)
+    assert capacity_units([half], {"half": 3}) == 2
+    assert capacity_units([half], {"half": 0}) == 0
+
+
+def test_long_prompts_grow_only_the_variant_whose_max_model_len_serves_them() -> None:
+    # half the demand is prompts of 8193..16384 tokens: the slices (max 8192) are cheaper
+    # per unit here, yet they only take the short half; the H100 serves the long half
+    cheap_slice = Variant("slice", 0.5, 1.0, max_model_len=8192)
+    states = {"slice": VariantState(0), "h100": VariantState(0)}
+    shares = {4096: 0.5, 16384: 0.5}
+    plan = plan_replicas([cheap_slice, H100X3], states, 6, now=0.0, length_shares=shares)
+    assert plan.replicas == {"slice": 3, "h100": 1}
+    assert plan.lengths_known and plan.notes == ()
+    assert plan.too_long_share == {"slice": 0.5}
+    by_name = {c.name: c for c in plan.changes}
+    assert by_name["h100"].message.startswith("requests over 8192 tokens: only h100 serves them")
+    assert "requests over" not in by_name["slice"].message
+    # the same decision without a histogram: everything on the slices, and a note says
+    # the lengths were not known (missing is never "no long requests")
+    blind = plan_replicas([cheap_slice, H100X3], states, 6, now=0.0)
+    assert blind.replicas == {"slice": 6, "h100": 0} and not blind.lengths_known
+    assert blind.too_long_share == {}
+    assert any("no request-length histogram" in n for n in blind.notes)
+    (grown,) = blind.changes
+    assert grown.message.endswith("; request lengths unknown: its maxModelLen not applied")
+
+
+def test_the_plan_reports_the_share_no_variant_serves_and_splits_the_rest() -> None:
+    short_h100 = Variant("h100", 2.5, 3.0, max_model_len=8192)
+    states = {"slice": VariantState(0), "h100": VariantState(0)}
+    plan = plan_replicas(
+        [SLICE8K, short_h100], states, 4, now=0.0, length_shares={1024: 0.75, 32768: 0.25}
+    )
+    assert plan.unservable_share == pytest.approx(0.25)
+    assert plan.replicas == {"slice": 0, "h100": 1}  # the 3 servable units only
+    assert any("over 8192 tokens: no variant serves it" in n for n in plan.notes)
+
+
+def test_length_shares_weigh_each_bucket_by_its_requests_and_midpoint() -> None:
+    # 6 requests <= 1024 tokens (midpoint 512), 2 in (1024, 16384] (midpoint 8704)
+    shares = length_shares_from_buckets({1024.0: 6.0, 16384.0: 8.0, math.inf: 8.0})
+    assert shares.keys() == {1024, 16384}
+    assert shares[1024] == pytest.approx(6 * 512 / (6 * 512 + 2 * 8704))
+    # requests above the highest finite bound are at least that bound + 1 long
+    assert length_shares_from_buckets({1024.0: 0.0, math.inf: 4.0}) == {1025: 1.0}
+    # nothing observed in the window: unknown, not "all short"
+    assert length_shares_from_buckets({1024.0: 0.0, math.inf: 0.0}) == {}
+    assert length_shares_from_buckets({}) == {}
+
+
+def test_the_rounding_slack_comes_off_the_demand_and_is_checked() -> None:
+    h100 = Variant("h100", 4.0, 2.5)
+    states = {"slice": VariantState(0), "h100": VariantState(1)}
+    # 2.5 running was counted 3: a decision of 3 with slack 0.5 is 2.5, covered
+    assert plan_replicas([SLICE8K, h100], states, 3, now=0.0, rounding_slack=0.5).changes == ()
+    assert plan_replicas([SLICE8K, h100], states, 3, now=0.0).replicas["slice"] == 1
+    with pytest.raises(ConfigError, match=r"rounding_slack: value 1.0 must be in \[0, 1\)"):
+        plan_replicas([SLICE8K, h100], states, 3, now=0.0, rounding_slack=1.0)

@@ -151,6 +151,9 @@ def _summary_line(s: dict[str, Any], path: Path, log_file: Path) -> str:
             )
     elif z:
         lines.append(f"  zero  {z['model']}: not answered in the run ({z.get('error')})")
+    v = s.get("variants") or {}
+    if v.get("line"):
+        lines.append(f"  {v['line']}")
     lines.append(f"written to {path}; logs in {log_file}")
     return "\n".join(lines)
 

@@ -9,7 +9,9 @@ replaying a ramp of long prompts (KV pressure) and then a burst of the Azure cod
 (bundled) at two fleets side by side, on equal replica limits: one run by this controller
 (with a warm pool), one by the seeds' KEDA+HPA policy (see `demo.load`). A second model
 sits at zero replicas behind the activator: one request is held through its cold start
-and answered, and the model goes back to zero when idle (see `demo.zero`).
+and answered, and the model goes back to zero when idle (see `demo.zero`). A third
+target serves one model from two variants, MIG slices and full H100s, split by cost (see
+`demo.variants`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from autoscaler.control.signals import SourceSignals
 from autoscaler.control.sleepers import SleeperController
 from autoscaler.control.state import ControllerState
 from autoscaler.control.tasks import TaskGroup
+from autoscaler.demo import variants as mix
 from autoscaler.demo.cluster import NodeProvisioner, deployment, node
 from autoscaler.demo.compare import Comparison, headline
 from autoscaler.demo.fleets import DEMO_POLICY, FleetSpec, fleets
@@ -97,6 +100,7 @@ class DemoOptions:
     api_token: str | None = None  # else AUTOSCALER_API_TOKEN[_FILE], else generated
     zero_name: str = "mistral-7b"  # the second model, at zero behind the activator
     zero_send_at_s: float = 30.0  # emulated seconds: when its one request is sent
+    variants_name: str = "qwen-2.5-7b"  # the third target: MIG slices and full H100s
 
 
 @dataclass
@@ -223,7 +227,9 @@ async def run_demo(
         fleet = EmulatorFleet(speed=opts.speed)
         stack.push_async_callback(fleet.stop_all)
         clock = EmulatedClock(fleet, wall_start=time.time())
-        apps = frozenset({*(f.name for f in specs), opts.zero_name})
+        mix_deps = mix.deployments(opts.namespace, opts.variants_name)
+        mix_apps = [d["metadata"]["name"] for d in mix_deps]
+        apps = frozenset({*(f.name for f in specs), opts.zero_name, *mix_apps})
         runtime = EmulatorRuntime(fleet, opts.cold_start_s, apps=apps)
         kube = LocalKubeAPI(controller=True, runtime=runtime, clock=clock.wall)
         runtime.sliced, runtime.slices = frozenset({opts.zero_name}), kube
@@ -247,6 +253,11 @@ async def run_demo(
             template_labels={AWAKE_LABEL: "true"},
         )
         kube.create("deployments", zero_dep, group="apps")
+        for n in mix.nodes():  # a fixed pool: no node is added, the slices run out
+            kube.create("nodes", n)
+        for d in mix_deps:
+            kube.create("deployments", d, group="apps")
+        timeline = mix.VariantTimeline(opts.namespace, opts.variants_name, kube)
         api = api_client_for(kube.url)
         stack.push_async_callback(api.close)
 
@@ -254,6 +265,7 @@ async def run_demo(
         for f in specs:
             await store.put(_target(opts, f))
         await store.put(_zero_target(opts))
+        await store.put(mix.target(opts.namespace, opts.variants_name))
         state = ControllerState()
         metrics = ControllerMetrics()
         cache = ClusterCache(api)
@@ -320,6 +332,7 @@ async def run_demo(
         )
         stop = asyncio.Event()
         loads: dict[str, asyncio.Task[LoadReport]] = {}
+        mix_load: dict[str, asyncio.Task[LoadReport]] = {}
         zero = ZeroModel(opts.namespace, opts.zero_name, kube, clock, view.note)
         with view:
             tasks.spawn("zero-client", zero.run(activator.url, opts.zero_send_at_s))
@@ -328,10 +341,16 @@ async def run_demo(
                 view.update(t, samples)
                 if not loads and all(runtime.ready_urls(f.name) for f in specs):
                     loads = _start_load(specs, runtime, comparison, opts, load, stop, tasks)
+                changed = timeline.sample(clock.now())
+                if changed is not None:
+                    view.variants(f"mig {changed[0]}/{mix.SLICES} slices, h100 {changed[1]}")
+                if not mix_load and runtime.ready_urls(mix_apps[0]):
+                    mix_load = _start_mix_load(mix_apps, runtime, opts, stop, tasks)
                 await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         runtime.stopping = True
         stop.set()
         result.load = await _collect(loads)
+        mix_report = await _collect(mix_load)
         for f in specs:
             status = state.status(TargetRef(opts.namespace, f.name))
             if f.key == "ours" and status is not None:
@@ -339,6 +358,12 @@ async def run_demo(
         result.max_replicas = max((d.current_replicas for d in result.decisions), default=0)
         result.summary = summarize(result, opts, comparison.totals())
         result.summary["zero"] = zero.summary()
+        timeline.sample(clock.now())
+        facts = timeline.summary()
+        report = mix_report.get("variants")
+        facts["load"] = report.summary() if report is not None else None
+        facts["line"] = mix.variants_line(facts)
+        result.summary["variants"] = facts
     opts.summary_path.parent.mkdir(parents=True, exist_ok=True)
     opts.summary_path.write_text(json.dumps(result.summary, indent=2) + "\n")
     return result
@@ -411,6 +436,25 @@ def _start_load(
         )
         loads[f.key] = tasks.spawn(f"load-{f.key}", gen.run(load.trace, stop=stop))
     return loads
+
+
+def _start_mix_load(
+    apps: list[str],
+    runtime: EmulatorRuntime,
+    opts: DemoOptions,
+    stop: asyncio.Event,
+    tasks: TaskGroup,
+) -> dict[str, asyncio.Task[LoadReport]]:
+    """The third target's ramp at the Ready pods of both its Deployments (its Service)."""
+    gen = LoadGenerator(
+        lambda: [u for app in apps for u in runtime.ready_urls(app)],
+        speed=opts.speed,
+        balance="least-outstanding",
+        max_duration_s=opts.duration_s,
+        max_requests=50_000,
+        request_timeout_s=120.0,
+    )
+    return {"variants": tasks.spawn("load-variants", gen.run(mix.trace(), stop=stop))}
 
 
 async def _collect(loads: dict[str, asyncio.Task[LoadReport]]) -> dict[str, LoadReport]:

@@ -74,6 +74,7 @@ class DemoView:
         self.rows: list[tuple[str, ...]] = []
         self.caption = ""
         self.notes: list[str] = []  # the model at zero: held, answered, back to zero
+        self.mix = ""  # the target with variants: its replicas per variant, last change
         self._live: Live | None = None
 
     def __enter__(self) -> DemoView:
@@ -121,6 +122,8 @@ class DemoView:
             table.add_row(*r)
         legend = "\n".join(f"{k} = {t}" for k, t in self.titles.items())
         lines = [legend, *(f"zero: {n}" for n in self.notes[-3:])]
+        if self.mix:
+            lines.append(f"variants: {self.mix}")
         if self.caption:
             lines.append(self.caption)
         table.caption = "\n".join(lines)
@@ -133,6 +136,15 @@ class DemoView:
             self._live.update(self._table())
         else:
             print(_fit(f"{'':5} zero: {text}"), file=self.out, flush=True)
+
+    def variants(self, text: str) -> None:
+        """The target with variants changed its split: one line headless, live a caption
+        line (the table keeps its columns)."""
+        self.mix = text
+        if self._live is not None:
+            self._live.update(self._table())
+        else:
+            print(_fit(f"{'':5} variants: {text}"), file=self.out, flush=True)
 
     def update(self, t_s: float, samples: dict[str, FleetSample]) -> None:
         ours = samples["ours"]

@@ -3,7 +3,8 @@ prints a token and a curl line; a policy PATCH with that token changes what the 
 does (the maximum clamps the fleet), a PATCH to keda mode hands the target to KEDA; the
 model at zero behind the activator gets its request held through the cold start,
 answered, its replicas sleep when idle, a burst wakes them in seconds, and it goes back
-to zero; the terminal shows only the table and the summary, and the process exits 0.
+to zero; the target with variants grows its MIG slices before a second H100 and sheds
+the H100 first; the terminal shows only the table and the summary, and the process exits 0.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from autoscaler.demo.variants import SLICES, variants_line
 from autoscaler.demo.zero import BURST, ZERO_OUTPUT_TOKENS, ZERO_POLICY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,3 +136,14 @@ def test_headless_demo_takes_a_live_policy_patch_and_a_keda_switch(tmp_path: Pat
     assert zero["back_to_zero_at_s"] > zero["burst_done_at_s"], zero
     assert "held by the activator" in out and "sleepers released: 0 replicas" in out
     assert f"sleepers woken in {zero['woken_in_s']:.1f} s for a burst of {BURST}" in out
+    # The target with variants: the slices (cheapest) grew first and all of them before
+    # the second H100; on the way down the H100 went first. The printed line says so.
+    mix = summary["variants"]
+    assert (mix["first_up"], mix["mig_start"], mix["mig_max"]) == ("mig", 0, SLICES), mix
+    assert mix["h100_start"] == 1 and mix["h100_max"] >= 2, mix
+    assert mix["mig_at_h100_up"] == SLICES, mix
+    assert mix["first_down"] == "h100", mix
+    assert mix["load"]["failed"] == 0 and mix["load"]["ok"] > 100, mix["load"]
+    assert mix["line"] in out and mix["line"] == variants_line(mix)
+    assert f"h100 1->{mix['h100_max']} once the {SLICES} slices were taken" in mix["line"]
+    assert "scale-down took h100 first" in mix["line"]

@@ -22,7 +22,8 @@ prompts that fills the KV cache, then a burst of the Azure code trace on top. On
 is scaled by this controller (with a warm pool of pause pods), one by the seeds'
 KEDA+HPA policy. A second model sits at zero behind the activator: its first request is
 held through the cold start and answered; idle, its replicas sleep, a burst wakes them in
-seconds, and it goes back to zero.
+seconds, and it goes back to zero. A third model runs on two variants (MIG slices and a
+full H100): the slices grow first, the H100 once they run out, and it shrinks first.
 The terminal shows a live table and a summary; logs go to --log-file."""
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from autoscaler.domain import ScaleEvent, TimedValue
+from autoscaler.domain import DecisionState, ScaleEvent, TimedValue
 from autoscaler.policy.schema import Behavior, ScalingPolicy, ScalingRules
 
 DEFAULT_TOLERANCE = 0.1
@@ -158,3 +158,19 @@ def ready_step_limit(ready: int, rules: Rules) -> int:
         for p in rules.policies
     ]
     return ready + (min(steps) if rules.select_policy == "Min" else max(steps))
+
+
+def observe_change(state: DecisionState, current: int, now: float) -> DecisionState:
+    """Record the target's replica changes as observed (the real history of changes the
+    rate policies count). A change that matches the previous advice keeps the time it was
+    decided (as HPA stamps its own rescales); any other change is stamped when first seen.
+    """
+    last, pending = state.last_replicas, state.pending
+    state = replace(state, last_replicas=current, pending=None)
+    if last is None or last == current:
+        return state
+    if pending is not None and last + pending.change == current:
+        event = pending
+    else:
+        event = ScaleEvent(t=now, change=current - last)
+    return replace(state, events=(*state.events, event))

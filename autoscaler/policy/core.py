@@ -40,6 +40,7 @@ from autoscaler.domain import (
 )
 from autoscaler.policy.behavior import (
     Rules,
+    observe_change,
     ready_step_limit,
     resolve,
     scale_down_limit,
@@ -263,23 +264,6 @@ def _with_recommendation(
     return (*history, TimedValue(now, value))
 
 
-def _observe_change(state: DecisionState, current: int, now: float) -> DecisionState:
-    """Record the target's replica changes as observed (the real history of changes).
-
-    A change that matches our previous advice keeps the time it was decided (as HPA
-    stamps its own rescales); any other change is stamped when first seen.
-    """
-    last, pending = state.last_replicas, state.pending
-    state = replace(state, last_replicas=current, pending=None)
-    if last is None or last == current:
-        return state
-    if pending is not None and last + pending.change == current:
-        event = pending
-    else:
-        event = ScaleEvent(t=now, change=current - last)
-    return replace(state, events=(*state.events, event))
-
-
 def _hold(
     obs: Observation,
     state: DecisionState,
@@ -451,7 +435,7 @@ def decide(
     """One reconcile of one target. See the module docstring for the rules."""
     up, down = _with_regime(policy, obs, *resolve(policy.behavior))
     cur = obs.current_replicas
-    state = _observe_change(state, cur, now)
+    state = observe_change(state, cur, now)
     state = _prune(state, policy, up, down, now)
     numbers: dict[str, float] = {}
     if state.last_active_t is None:

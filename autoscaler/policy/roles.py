@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from autoscaler.domain import DecisionState, ScaleEvent, TimedValue
 from autoscaler.errors import ConfigError
 from autoscaler.policy.behavior import (
+    observe_change,
     ready_step_limit,
     resolve,
     scale_down_limit,
@@ -179,20 +180,6 @@ class RoleStep:
     limits: tuple[str, ...]  # stabilized | rate-limited | waiting-for-ready
 
 
-def _observed(state: DecisionState, current: int, now: float) -> DecisionState:
-    """The role's replica changes as observed: one that matches the last advice keeps the
-    time it was decided (as HPA stamps its own rescales), any other is stamped now."""
-    last, pending = state.last_replicas, state.pending
-    state = replace(state, last_replicas=current, pending=None)
-    if last is None or last == current:
-        return state
-    if pending is not None and last + pending.change == current:
-        event = pending
-    else:
-        event = ScaleEvent(t=now, change=current - last)
-    return replace(state, events=(*state.events, event))
-
-
 def step_role(
     behavior: Behavior,
     sized: int,
@@ -211,7 +198,7 @@ def step_role(
     ``floor`` on the way down, never beyond ``sized`` or below ``current`` when growing
     (Pending pods, which `size_roles` already held, stay held). Pure: ``now`` passed in."""
     up, down = resolve(behavior)
-    state = _observed(state, current, now)
+    state = observe_change(state, current, now)
     keep_recs = max(up.stabilization_window_s, down.stabilization_window_s)
     keep_events = max(up.longest_period_s, down.longest_period_s)
     history = tuple(r for r in state.recommendations if r.t > now - keep_recs)

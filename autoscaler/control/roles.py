@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from autoscaler.control.ports import SignalReading, TargetView
-from autoscaler.control.variants import policy_variants, variant_states
+from autoscaler.control.variants import policy_variants, status_row, variant_states
 from autoscaler.domain import TargetRef
 from autoscaler.policy.roles import RoleSignals, RoleState, RoleTargets
 from autoscaler.policy.variants import VariantPlan, plan_replicas
@@ -169,19 +169,5 @@ def role_status_rows(
     rows = []
     for v in spec.variants:
         assert v.role is not None
-        vv, plan = seen[v.name], plans[v.role]
-        rows.append(
-            VariantStatus(
-                name=v.name,
-                replicas=vv.spec_replicas,
-                desired_replicas=plan.replicas[v.name],
-                ready_replicas=vv.ready_replicas,
-                pending_replicas=vv.pending_replicas,
-                unschedulable_replicas=vv.unschedulable_replicas,
-                cost=v.cost_per_replica_hour,
-                free_slots=vv.free_slots,
-                blocked=plan.blocked.get(v.name),
-                role=v.role,
-            )
-        )
+        rows.append(status_row(v, seen[v.name], plans[v.role]))
     return tuple(rows)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from autoscaler.control.ports import TargetView
+from autoscaler.control.ports import TargetView, VariantView
 from autoscaler.domain import Observation
 from autoscaler.errors import PermanentError
 from autoscaler.policy.variants import (
@@ -19,7 +19,7 @@ from autoscaler.policy.variants import (
     length_shares_from_buckets,
     plan_replicas,
 )
-from autoscaler.target import TargetSpec
+from autoscaler.target import TargetSpec, VariantSpec
 from autoscaler.target_status import VariantStatus
 
 
@@ -141,26 +141,29 @@ def plan_for(
 def status_rows(spec: TargetSpec, view: TargetView, plan: VariantPlan) -> tuple[VariantStatus, ...]:
     """``status.variants[]``: per variant what was observed and what the split wants."""
     seen = {v.name: v for v in view.variants}
-    rows = []
-    for v in spec.variants:
-        vv = seen[v.name]
-        rows.append(
-            VariantStatus(
-                name=v.name,
-                replicas=vv.spec_replicas,
-                desired_replicas=plan.replicas[v.name],
-                ready_replicas=vv.ready_replicas,
-                pending_replicas=vv.pending_replicas,
-                unschedulable_replicas=vv.unschedulable_replicas,
-                cost=v.cost_per_replica_hour,
-                free_slots=vv.free_slots,
-                blocked=plan.blocked.get(v.name),
-                capacity_per_replica=v.capacity_per_replica,
-                max_model_len=v.max_model_len,
-                too_long_share=plan.too_long_share.get(v.name),
-            )
-        )
-    return tuple(rows)
+    return tuple(status_row(v, seen[v.name], plan) for v in spec.variants)
+
+
+def status_row(v: VariantSpec, vv: VariantView, plan: VariantPlan) -> VariantStatus:
+    """One ``status.variants[]`` row. A variant with a role is sized in pods per role
+    (every replica counts one, lengths not steered): it carries the role, not the
+    capacity and length fields."""
+    weighted = v.role is None
+    return VariantStatus(
+        name=v.name,
+        replicas=vv.spec_replicas,
+        desired_replicas=plan.replicas[v.name],
+        ready_replicas=vv.ready_replicas,
+        pending_replicas=vv.pending_replicas,
+        unschedulable_replicas=vv.unschedulable_replicas,
+        cost=v.cost_per_replica_hour,
+        free_slots=vv.free_slots,
+        blocked=plan.blocked.get(v.name),
+        role=v.role,
+        capacity_per_replica=v.capacity_per_replica if weighted else None,
+        max_model_len=v.max_model_len if weighted else None,
+        too_long_share=plan.too_long_share.get(v.name) if weighted else None,
+    )
 
 
 def variant_numbers(spec: TargetSpec, plan: VariantPlan) -> dict[str, float]:

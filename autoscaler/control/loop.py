@@ -716,13 +716,7 @@ class ControlLoop:
                     error=str(err),
                 )
                 view = await self._observe(spec)
-                obs = replace(
-                    obs,
-                    current_replicas=view.awake_replicas,
-                    ready_replicas=view.ready_replicas,
-                    pending_replicas=view.pending_replicas,
-                    capacity_max_replicas=view.capacity_max_replicas,
-                )
+                obs = _reobserved(obs, view)
                 obs = capacity_observation(spec, view, obs)
                 decision, new_state = self._decide(spec, obs, prev, obs.t)
                 plan = plan_for(spec, view, decision.desired_replicas, obs.t, lengths)
@@ -866,13 +860,7 @@ class ControlLoop:
                 )
                 view = await self._observe(spec)
                 sleeping = view.sleeping_replicas if sleeps else None
-                obs = replace(
-                    obs,
-                    current_replicas=view.awake_replicas,
-                    ready_replicas=view.ready_replicas,
-                    pending_replicas=view.pending_replicas,
-                    capacity_max_replicas=view.capacity_max_replicas,
-                )
+                obs = _reobserved(obs, view)
                 decision, new_state = self._decide(spec, obs, prev, obs.t)
                 if not decision.changed:
                     return decision, new_state, obs, False, sleeping
@@ -916,6 +904,18 @@ def _observation(
         forecast=forecast,
         held=reading.held,
         in_flight=reading.in_flight,
+    )
+
+
+def _reobserved(obs: Observation, view: TargetView) -> Observation:
+    """``obs`` with the replica counts of a view re-read after a write conflict (the
+    signals stay: they were read this tick)."""
+    return replace(
+        obs,
+        current_replicas=view.awake_replicas,
+        ready_replicas=view.ready_replicas,
+        pending_replicas=view.pending_replicas,
+        capacity_max_replicas=view.capacity_max_replicas,
     )
 
 

@@ -118,11 +118,17 @@ async def kubelet(admin_api: ApiClient) -> AsyncIterator[FakeKubelet]:
 
 
 def vllm_deployment(
-    name: str, namespace: str, replicas: int = 1, gpus: int = 1, port: int = 8000
+    name: str,
+    namespace: str,
+    replicas: int = 1,
+    gpus: int = 1,
+    port: int = 8000,
+    resource: str = "nvidia.com/gpu",
 ) -> dict[str, Any]:
-    """A vLLM-like Deployment whose pods land on the fake GPU node."""
+    """A vLLM-like Deployment whose pods land on a fake GPU node (``gpus`` of
+    ``resource`` each: a full GPU, or a MIG profile such as nvidia.com/mig-2g.20gb)."""
     labels = {"app": name}
-    res = {"nvidia.com/gpu": str(gpus)}
+    res = {resource: str(gpus)}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

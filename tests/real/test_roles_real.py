@@ -20,7 +20,7 @@ from autoscaler.target import API_VERSION
 from tests.real.conftest import GPU_TAINT
 from tests.real.kubectl import Kube
 from tests.real.test_controller_real import settings
-from tests.real.test_variants_real import GPU, ONE_PER_SECOND, variant_deployment
+from tests.real.test_variants_real import GPU, ONE_PER_SECOND, Sampler, variant_deployment
 from tests.support.fake_kubelet import FakeKubelet
 from tests.support.waiting import until
 
@@ -64,22 +64,6 @@ def llama(namespace: str) -> dict[str, Any]:
     }
 
 
-class Sampler:
-    """(prefill, decode) ``spec.replicas`` from the API server every 100 ms, on change."""
-
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        self.kube = kube
-        self.deps = [role_deployment(n, namespace, 0, "x") for n in (PREFILL, DECODE)]
-        self.seen: list[tuple[int, int]] = []
-
-    async def run(self) -> None:
-        while True:
-            p, d = [int((await self.kube.read(x))["spec"]["replicas"]) for x in self.deps]
-            if not self.seen or self.seen[-1] != (p, d):
-                self.seen.append((p, d))
-            await asyncio.sleep(0.1)
-
-
 async def test_prefill_grows_on_prompt_tokens_while_idle_decode_shrinks(
     kube: Kube, namespace: str, admin_api: ApiClient, controller_api: ApiClient
 ) -> None:
@@ -110,7 +94,9 @@ async def test_prefill_grows_on_prompt_tokens_while_idle_decode_shrinks(
         target = llama(namespace)
         await kube.create(target)
         ctl = Controller(settings(), controller_api, identity="ctrl-roles")
-        sampler = Sampler(kube, namespace)
+        sampler = Sampler(
+            kube, [role_deployment(n, namespace, 0, "x") for n in (PREFILL, DECODE)]
+        )  # (prefill, decode)
         sampling = asyncio.create_task(sampler.run())
         await ctl.start()
         try:

@@ -18,7 +18,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.app import Controller
 from autoscaler.target import API_VERSION
-from tests.real.conftest import GPU_TAINT
+from tests.real.conftest import GPU_TAINT, vllm_deployment
 from tests.real.kubectl import Kube
 from tests.real.test_controller_real import settings
 from tests.support.fake_kubelet import FakeKubelet
@@ -33,32 +33,7 @@ ONE_PER_SECOND = {
 
 
 def variant_deployment(name: str, namespace: str, replicas: int, resource: str) -> dict[str, Any]:
-    labels = {"app": name}
-    res = {resource: "1"}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "tolerations": [GPU_TAINT],
-                    "terminationGracePeriodSeconds": 5,
-                    "containers": [
-                        {
-                            "name": "vllm",
-                            "image": "vllm/vllm-openai",
-                            "ports": [{"name": "http", "containerPort": 8000}],
-                            "resources": {"limits": res, "requests": res},
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    return vllm_deployment(name, namespace, replicas, resource=resource)
 
 
 def llama(namespace: str) -> dict[str, Any]:
@@ -92,18 +67,19 @@ def llama(namespace: str) -> dict[str, Any]:
 
 
 class Sampler:
-    """(h100, mig) ``spec.replicas`` as read from the API server every 100 ms, on change."""
+    """The ``spec.replicas`` of ``deps`` as read from the API server every 100 ms, on
+    change."""
 
-    def __init__(self, kube: Kube, namespace: str) -> None:
+    def __init__(self, kube: Kube, deps: list[dict[str, Any]]) -> None:
         self.kube = kube
-        self.deps = [variant_deployment(n, namespace, 0, GPU) for n in ("llama-h100", "llama-mig")]
-        self.seen: list[tuple[int, int]] = []
+        self.deps = deps
+        self.seen: list[tuple[int, ...]] = []
 
     async def run(self) -> None:
         while True:
-            h100, mig = [int((await self.kube.read(d))["spec"]["replicas"]) for d in self.deps]
-            if not self.seen or self.seen[-1] != (h100, mig):
-                self.seen.append((h100, mig))
+            now = tuple([int((await self.kube.read(d))["spec"]["replicas"]) for d in self.deps])
+            if not self.seen or self.seen[-1] != now:
+                self.seen.append(now)
             await asyncio.sleep(0.1)
 
 
@@ -128,7 +104,9 @@ async def test_under_load_mig_grows_first_then_the_h100_and_the_h100_shrinks_fir
         target = llama(namespace)
         await kube.create(target)
         ctl = Controller(settings(), controller_api, identity="ctrl-variants")
-        sampler = Sampler(kube, namespace)
+        sampler = Sampler(
+            kube, [variant_deployment(n, namespace, 0, GPU) for n in ("llama-h100", "llama-mig")]
+        )  # (h100, mig)
         sampling = asyncio.create_task(sampler.run())
         await ctl.start()
         try:

@@ -14,45 +14,23 @@ from typing import Any
 
 import httpx
 
-from autoscaler.app import Controller
 from autoscaler.emulator import EmulatorFleet
-from autoscaler.emulator.server import EmulatedReplica, ReplicaConfig
-from autoscaler.kube.config import api_client_for
-from autoscaler.kube.localapi.runtime import PodEndpoint
 from autoscaler.kube.localapi.server import LocalKubeAPI
 from autoscaler.names import CRD_GROUP, CRD_PLURAL
 from autoscaler.target import API_VERSION
-from tests.control.test_variants_local import ONE_PER_SECOND, gpu_node
+from tests.control.test_variants_local import (
+    ONE_PER_SECOND,
+    Cluster,
+    EmulatedRuntime,
+    controller,
+    gpu_node,
+)
 from tests.support.waiting import until
-from tests.support.workloads import controller_settings, deployment
+from tests.support.workloads import deployment
 
 NS = "llm"
 GPU = "nvidia.com/gpu"
 PREFILL, DECODE = "llama-prefill", "llama-decode"
-
-
-class RoleRuntime:
-    """`PodRuntime`: each scheduled pod is an emulated vLLM replica of its Deployment's
-    role (prefill pods compute prompts only, decode pods generate only)."""
-
-    def __init__(self, fleet: EmulatorFleet) -> None:
-        self.fleet = fleet
-        self.replicas: dict[str, EmulatedReplica] = {}
-
-    async def start(self, pod: dict[str, Any]) -> PodEndpoint:
-        name = pod["metadata"]["name"]
-        config = ReplicaConfig(
-            cold_start_s=0.0, role="prefill" if name.startswith(PREFILL) else "decode"
-        )
-        rep = await self.fleet.start_replica(name, config=config)
-        await until(lambda: rep.ready, 10, "emulated replica ready")
-        self.replicas[name] = rep
-        return PodEndpoint("127.0.0.1", metrics_port=rep.port)
-
-    async def stop(self, pod: dict[str, Any]) -> None:
-        name = pod["metadata"]["name"]
-        self.replicas.pop(name, None)
-        await self.fleet.stop_replica(name, drain=False, timeout_s=5)
 
 
 def role_target(max_replicas: int, **roles: Any) -> dict[str, Any]:
@@ -95,55 +73,14 @@ def role_target(max_replicas: int, **roles: Any) -> dict[str, Any]:
     }
 
 
-class Cluster:
-    """The local API with its runtime, and (prefill, decode) replicas as they changed."""
-
-    def __init__(self, kube: LocalKubeAPI, runtime: RoleRuntime) -> None:
-        self.kube = kube
-        self.runtime = runtime
-        self.seen: list[tuple[int, int]] = []
-
-    def replicas(self) -> tuple[int, int]:
-        counts = []
-        for name in (PREFILL, DECODE):
-            dep = self.kube.get("deployments", NS, name, group="apps")
-            assert dep is not None
-            counts.append(int(dep["spec"]["replicas"]))
-        return counts[0], counts[1]
-
-    async def sample(self) -> None:
-        while True:
-            now = self.replicas()
-            if not self.seen or self.seen[-1] != now:
-                self.seen.append(now)
-            await asyncio.sleep(0.02)
-
-    def status(self) -> dict[str, Any]:
-        obj = self.kube.get(CRD_PLURAL, NS, "llama", group=CRD_GROUP)
-        assert obj is not None
-        return dict(obj.get("status") or {})
-
-    def condition(self, kind: str) -> dict[str, Any]:
-        conds = {c["type"]: c for c in self.status().get("conditions") or []}
-        return dict(conds.get(kind) or {})
-
-    def events(self, reason: str) -> list[dict[str, Any]]:
-        return [e for e in self.kube.list_objects("events", NS) if e.get("reason") == reason]
-
-    def load(self, deployment_name: str, n: int, prompt: int, output: int) -> None:
-        name = next(x for x in sorted(self.runtime.replicas) if x.startswith(deployment_name))
-        self.runtime.replicas[name].engine.inject(n, prompt, output)
-
-    def pods_ready(self, deployment_name: str) -> int:
-        return sum(1 for x in self.runtime.replicas if x.startswith(deployment_name))
-
-
 @contextlib.asynccontextmanager
 async def cluster(*, prefill: int, decode: int, prefill_gpus: int = 4) -> AsyncIterator[Cluster]:
     """Nodes: prefill-node with ``prefill_gpus`` GPUs (prefill pods only), decode-node
     with 4; Deployments llama-prefill and llama-decode."""
     async with EmulatorFleet(speed=1.0) as fleet:
-        runtime = RoleRuntime(fleet)
+        runtime = EmulatedRuntime(
+            fleet, lambda name: "prefill" if name.startswith(PREFILL) else "decode"
+        )
         async with LocalKubeAPI(controller=True, runtime=runtime) as kube:
             kube.create("nodes", gpu_node("prefill-node", GPU, prefill_gpus))
             kube.create("nodes", gpu_node("decode-node", GPU, 4))
@@ -154,7 +91,7 @@ async def cluster(*, prefill: int, decode: int, prefill_gpus: int = 4) -> AsyncI
                 dep = deployment(name, n, NS, gpu={GPU: "1"})
                 dep["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
                 kube.create("deployments", dep, group="apps")
-            c = Cluster(kube, runtime)
+            c = Cluster(kube, runtime, (PREFILL, DECODE))  # (prefill, decode)
             sampler = asyncio.create_task(c.sample())
             try:
                 yield c
@@ -162,18 +99,6 @@ async def cluster(*, prefill: int, decode: int, prefill_gpus: int = 4) -> AsyncI
                 sampler.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sampler
-
-
-@contextlib.asynccontextmanager
-async def controller(kube: LocalKubeAPI) -> AsyncIterator[Controller]:
-    api = api_client_for(kube.url)
-    ctl = Controller(controller_settings(leader_election=False), api, identity="c")
-    await ctl.start()
-    try:
-        yield ctl
-    finally:
-        await ctl.stop()
-        await api.close()
 
 
 async def test_prefill_grows_with_the_prompt_token_rate_while_decode_holds() -> None:

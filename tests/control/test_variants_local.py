@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
 from autoscaler.app import Controller
 from autoscaler.emulator import EmulatorFleet
+from autoscaler.emulator.engine import Role
 from autoscaler.emulator.server import EmulatedReplica, ReplicaConfig
 from autoscaler.kube.config import api_client_for
 from autoscaler.kube.localapi.runtime import PodEndpoint
@@ -36,15 +38,20 @@ ONE_PER_SECOND = {
 
 
 class EmulatedRuntime:
-    """`PodRuntime`: each scheduled pod is an emulated vLLM replica on loopback."""
+    """`PodRuntime`: each scheduled pod is an emulated vLLM replica on loopback, doing the
+    work ``role_of(pod name)`` says (default: both prefill and decode)."""
 
-    def __init__(self, fleet: EmulatorFleet) -> None:
+    def __init__(self, fleet: EmulatorFleet, role_of: Callable[[str], Role] | None = None) -> None:
         self.fleet = fleet
+        self.role_of = role_of
         self.replicas: dict[str, EmulatedReplica] = {}
 
     async def start(self, pod: dict[str, Any]) -> PodEndpoint:
         name = pod["metadata"]["name"]
-        rep = await self.fleet.start_replica(name, config=ReplicaConfig(cold_start_s=0.0))
+        config = ReplicaConfig(cold_start_s=0.0)
+        if self.role_of is not None:
+            config = replace(config, role=self.role_of(name))
+        rep = await self.fleet.start_replica(name, config=config)
         await until(lambda: rep.ready, 10, "emulated replica ready")
         self.replicas[name] = rep
         return PodEndpoint("127.0.0.1", metrics_port=rep.port)
@@ -109,17 +116,23 @@ def llama_target(max_replicas: int, **spec: Any) -> dict[str, Any]:
 
 
 class Cluster:
-    """The local API with its runtime, and the replicas of both Deployments as they
-    changed (sampled every 20 ms)."""
+    """The local API with its runtime, and the replicas of two Deployments (``names``) as
+    they changed (sampled every 20 ms)."""
 
-    def __init__(self, kube: LocalKubeAPI, runtime: EmulatedRuntime) -> None:
+    def __init__(
+        self,
+        kube: LocalKubeAPI,
+        runtime: EmulatedRuntime,
+        names: tuple[str, str] = ("llama-h100", "llama-mig"),
+    ) -> None:
         self.kube = kube
         self.runtime = runtime
-        self.seen: list[tuple[int, int]] = []  # (h100, mig) spec.replicas, on change
+        self.names = names
+        self.seen: list[tuple[int, int]] = []  # spec.replicas of ``names``, on change
 
     def replicas(self) -> tuple[int, int]:
         counts = []
-        for name in ("llama-h100", "llama-mig"):
+        for name in self.names:
             dep = self.kube.get("deployments", NS, name, group="apps")
             assert dep is not None
             counts.append(int(dep["spec"]["replicas"]))
@@ -137,13 +150,23 @@ class Cluster:
         assert obj is not None
         return dict(obj.get("status") or {})
 
+    def condition(self, kind: str) -> dict[str, Any]:
+        conds = {c["type"]: c for c in self.status().get("conditions") or []}
+        return dict(conds.get(kind) or {})
+
     def events(self, reason: str) -> list[dict[str, Any]]:
         return [e for e in self.kube.list_objects("events", NS) if e.get("reason") == reason]
 
-    def load(self, deployment_name: str) -> None:
-        """A queue of 600 long requests on one pod of ``deployment_name``: ~340 waiting."""
-        name = next(n for n in sorted(self.runtime.replicas) if n.startswith(deployment_name))
-        self.runtime.replicas[name].engine.inject(600, 512, 4096)
+    def load(
+        self, deployment_name: str, n: int = 600, prompt: int = 512, output: int = 4096
+    ) -> None:
+        """A queue of ``n`` requests on one pod of ``deployment_name`` (by default 600 long
+        requests: ~340 waiting)."""
+        name = next(x for x in sorted(self.runtime.replicas) if x.startswith(deployment_name))
+        self.runtime.replicas[name].engine.inject(n, prompt, output)
+
+    def pods_ready(self, deployment_name: str) -> int:
+        return sum(1 for x in self.runtime.replicas if x.startswith(deployment_name))
 
 
 @contextlib.asynccontextmanager

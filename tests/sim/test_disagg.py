@@ -36,18 +36,37 @@ TARGETS = RoleTargets(
 )
 
 
-def fixed(p: int, d: int, transfer: KvTransfer | None = None) -> DisaggConfig:
+def fixed(
+    p: int,
+    d: int,
+    transfer: KvTransfer | None = None,
+    cluster: ClusterConfig = CLUSTER,
+    decode_cluster: ClusterConfig | None = None,
+) -> DisaggConfig:
     t = replace(TARGETS, min_prefill=p, max_prefill=p, min_decode=d, max_decode=d)
-    return DisaggConfig(cluster=CLUSTER, targets=t, transfer=transfer or KvTransfer())
+    return DisaggConfig(
+        cluster=cluster,
+        targets=t,
+        transfer=transfer or KvTransfer(),
+        decode_cluster=decode_cluster,
+    )
 
 
 def run_fixed(
-    trace: Trace, p: int, d: int, transfer: KvTransfer | None = None, seed: int = 0
+    trace: Trace,
+    p: int,
+    d: int,
+    transfer: KvTransfer | None = None,
+    seed: int = 0,
+    *,
+    cluster: ClusterConfig = CLUSTER,
+    decode_cluster: ClusterConfig | None = None,
+    slo_ttft_s: float = 0.5,
 ) -> DisaggResult:
     return simulate_disagg(
         trace,
-        fixed(p, d, transfer),
-        slo_ttft_s=0.5,
+        fixed(p, d, transfer, cluster, decode_cluster),
+        slo_ttft_s=slo_ttft_s,
         slo_itl_s=0.05,
         initial=(p, d),
         seed=seed,
@@ -231,21 +250,8 @@ def _mean_itl(r: DisaggResult) -> float:
 
 def test_decode_on_mig_slices_bills_a_third_of_a_gpu_per_decode_replica() -> None:
     trace = poisson_trace(4.0, 120.0, 1000, 100, seed=3)
-    t = replace(TARGETS, min_prefill=1, max_prefill=1, min_decode=2, max_decode=2)
-    same = simulate_disagg(
-        trace,
-        DisaggConfig(cluster=CLUSTER, targets=t),
-        slo_ttft_s=0.5,
-        slo_itl_s=0.05,
-        initial=(1, 2),
-    )
-    mig = simulate_disagg(
-        trace,
-        DisaggConfig(cluster=CLUSTER, targets=t, decode_cluster=_mig_pool()),
-        slo_ttft_s=0.5,
-        slo_itl_s=0.05,
-        initial=(1, 2),
-    )
+    same = run_fixed(trace, 1, 2)
+    mig = run_fixed(trace, 1, 2, decode_cluster=_mig_pool())
     assert mig.timeline_decode == same.timeline_decode  # two decode pods either way
     assert mig.gpu_hours_decode == pytest.approx(same.gpu_hours_decode / 3, rel=0.02)
     assert mig.gpu_dollars == pytest.approx(
@@ -261,21 +267,8 @@ def test_requests_the_decode_type_cannot_hold_are_rejected_though_prefill_could(
     # 12k-token prompts fit the 128k H100 prefill pool but not a slice's 8k context
     trace = from_arrays("mixed", [1.0, 2.0, 3.0], [1000, 12_000, 1000], [50, 50, 50])
     h100_128k = replace(CLUSTER, profile=PROFILES["8b-h100-128k"])
-    t = replace(TARGETS, min_prefill=1, max_prefill=1, min_decode=1, max_decode=1)
-    both = simulate_disagg(
-        trace,
-        DisaggConfig(cluster=h100_128k, targets=t),
-        slo_ttft_s=2.0,
-        slo_itl_s=0.05,
-        initial=(1, 1),
-    )
-    sliced = simulate_disagg(
-        trace,
-        DisaggConfig(cluster=h100_128k, targets=t, decode_cluster=_mig_pool()),
-        slo_ttft_s=2.0,
-        slo_itl_s=0.05,
-        initial=(1, 1),
-    )
+    both = run_fixed(trace, 1, 1, cluster=h100_128k, slo_ttft_s=2.0)
+    sliced = run_fixed(trace, 1, 1, cluster=h100_128k, decode_cluster=_mig_pool(), slo_ttft_s=2.0)
     assert both.rejected.tolist() == [False, False, False]
     assert sliced.rejected.tolist() == [False, True, False]
     assert sliced.summary()["rejected"] == 1 and sliced.dropped == 0

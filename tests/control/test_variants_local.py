@@ -82,7 +82,7 @@ def variant_deployment(
     return dep
 
 
-def llama_target(max_replicas: int, **spec: Any) -> dict[str, Any]:
+def llama_target(max_replicas: int, namespace: str = NS, **spec: Any) -> dict[str, Any]:
     """LLMAutoscaler llama over llama-h100 (cost 4, at least 1) and llama-mig (1.33)."""
     body: dict[str, Any] = {
         "scaleTargetRef": {"kind": "Deployment", "name": "llama-h100"},
@@ -110,7 +110,7 @@ def llama_target(max_replicas: int, **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": "LLMAutoscaler",
-        "metadata": {"name": "llama", "namespace": NS},
+        "metadata": {"name": "llama", "namespace": namespace},
         "spec": body,
     }
 

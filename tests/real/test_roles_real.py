@@ -17,10 +17,11 @@ from kubernetes_asyncio.client import ApiClient
 from autoscaler.app import Controller
 from autoscaler.emulator.server import ReplicaConfig
 from autoscaler.target import API_VERSION
+from tests.control.test_variants_local import GPU, ONE_PER_SECOND
 from tests.real.conftest import GPU_TAINT
 from tests.real.kubectl import Kube
 from tests.real.test_controller_real import settings
-from tests.real.test_variants_real import GPU, ONE_PER_SECOND, Sampler, variant_deployment
+from tests.real.test_variants_real import Sampler, variant_deployment
 from tests.support.fake_kubelet import FakeKubelet
 from tests.support.waiting import until
 

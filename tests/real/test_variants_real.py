@@ -18,52 +18,16 @@ from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.app import Controller
 from autoscaler.target import API_VERSION
+from tests.control.test_variants_local import GPU, MIG, llama_target
 from tests.real.conftest import GPU_TAINT, vllm_deployment
 from tests.real.kubectl import Kube
 from tests.real.test_controller_real import settings
 from tests.support.fake_kubelet import FakeKubelet
 from tests.support.waiting import until
 
-GPU = "nvidia.com/gpu"
-MIG = "nvidia.com/mig-2g.20gb"
-ONE_PER_SECOND = {
-    "stabilizationWindowSeconds": 0,
-    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 1}],
-}
-
 
 def variant_deployment(name: str, namespace: str, replicas: int, resource: str) -> dict[str, Any]:
     return vllm_deployment(name, namespace, replicas, resource=resource)
-
-
-def llama(namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "LLMAutoscaler",
-        "metadata": {"name": "llama", "namespace": namespace},
-        "spec": {
-            "scaleTargetRef": {"kind": "Deployment", "name": "llama-h100"},
-            "variants": [
-                {
-                    "name": "h100",
-                    "scaleTargetRef": {"kind": "Deployment", "name": "llama-h100"},
-                    "costPerReplicaHour": 4.0,
-                    "minReplicas": 1,
-                },
-                {
-                    "name": "mig",
-                    "scaleTargetRef": {"kind": "Deployment", "name": "llama-mig"},
-                    "costPerReplicaHour": 1.33,
-                },
-            ],
-            "minReplicaCount": 1,
-            "maxReplicaCount": 5,
-            "pollingInterval": 0.5,
-            "prediction": None,
-            "metrics": [{"signal": "waiting", "target": 4}],
-            "behavior": {"scaleUp": ONE_PER_SECOND, "scaleDown": ONE_PER_SECOND},
-        },
-    }
 
 
 class Sampler:
@@ -101,7 +65,7 @@ async def test_under_load_mig_grows_first_then_the_h100_and_the_h100_shrinks_fir
         await kube.apply(variant_deployment("llama-h100", namespace, 1, GPU))
         await kube.apply(variant_deployment("llama-mig", namespace, 0, MIG))
         await until(lambda: len(full.ready_pods()) == 1, 30, "the h100 pod Ready")
-        target = llama(namespace)
+        target = llama_target(5, namespace, pollingInterval=0.5)
         await kube.create(target)
         ctl = Controller(settings(), controller_api, identity="ctrl-variants")
         sampler = Sampler(

@@ -26,8 +26,9 @@ Model (docs/simulator.md "Prefill/decode disaggregation"):
 - Sizing: every poll, `size_roles` on the pools' scraped signals (prefill: prompt-token
   rate, waiting, TTFT p90; decode: running, mean KV usage, ITL p90; rates and quantiles
   over ``window_s`` from counter deltas, as `SimView`), then per role the HPA behaviour
-  of the aggregated ``ours`` policy (`policy/behavior.py`: scale-down stabilisation
-  window, scale-up rate policies, the cold-start guard). Pods waiting for a node
+  of the aggregated ``ours`` policy through `policy.roles.step_role`, as the controller
+  applies it (scale-down stabilisation window, scale-up rate policies, the cold-start
+  guard). Pods waiting for a node
   (Kubernetes' Pending) are the role's ``pending``.
 
 Not modelled: the prefill replica's blocks held until the transfer completes, transfer
@@ -44,19 +45,14 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.domain import ScaleEvent, TimedValue
+from autoscaler.domain import DecisionState, TimedValue
 from autoscaler.errors import ConfigError
 from autoscaler.metrics.signals import DEFAULT_WINDOW_S
 from autoscaler.policy.behavior import (
-    Rules,
-    ready_step_limit,
     resolve,
-    scale_down_limit,
-    scale_up_limit,
-    stabilize,
 )
 from autoscaler.policy.profiles import recommended
-from autoscaler.policy.roles import RoleSignals, RoleState, RoleTargets, size_roles
+from autoscaler.policy.roles import RoleSignals, RoleState, RoleTargets, size_roles, step_role
 from autoscaler.policy.schema import Behavior
 from autoscaler.sim.cluster import Cluster, ClusterConfig, Pod, PodState
 from autoscaler.sim.replica import ITL_BUCKETS_S, TTFT_BUCKETS_S, HardwareProfile, Replica
@@ -194,38 +190,16 @@ def _ours_behavior() -> Behavior:
     return behavior
 
 
-class _RoleBehavior:
-    """One role's HPA behaviour as ``ours`` applies it (`policy/core.py`): stabilised
-    recommendation, the rate policies, and the cold-start guard (at most one scale-up
-    policy step beyond the Ready replicas)."""
-
-    def __init__(self, up: Rules, down: Rules, initial: int) -> None:
-        self.up = up
-        self.down = down
-        keep = max(up.stabilization_window_s, down.stabilization_window_s)
-        # the deployment ran at `initial` before the trace (as sim/policies.py seeds it)
-        self.history: deque[TimedValue] = deque(
+def _role_state(behavior: Behavior, initial: int) -> DecisionState:
+    """A role's behaviour state entering the trace: the deployment ran at ``initial``
+    before it (recommendations over the longest window, as sim/policies.py seeds them)."""
+    up, down = resolve(behavior)
+    keep = max(up.stabilization_window_s, down.stabilization_window_s)
+    return DecisionState(
+        recommendations=tuple(
             TimedValue(t=-float(k), value=float(initial)) for k in range(keep, -1, -15)
         )
-        self.events: deque[ScaleEvent] = deque()
-        self._keep_s = float(max(keep, up.longest_period_s, down.longest_period_s))
-
-    def apply(self, want: int, current: int, ready: int, now: float) -> int:
-        while self.history and self.history[0].t <= now - self._keep_s:
-            self.history.popleft()
-        while self.events and self.events[0].t <= now - self._keep_s:
-            self.events.popleft()
-        out = stabilize(want, current, self.history, self.up, self.down, now)
-        self.history.append(TimedValue(t=now, value=float(want)))
-        ev = tuple(self.events)
-        if out > current:
-            guard = max(ready_step_limit(ready, self.up), current)
-            out = min(out, scale_up_limit(current, ev, self.up, now), guard)
-        elif out < current:
-            out = max(out, scale_down_limit(current, ev, self.down, now))
-        if out != current:
-            self.events.append(ScaleEvent(t=now, change=out - current))
-        return out
+    )
 
 
 @dataclass(slots=True)
@@ -350,8 +324,7 @@ def simulate_disagg(
     hists = (MetricsHistory(), MetricsHistory())
     totals = (_Totals(), _Totals())
     pc, dc = pools
-    up, down = resolve(cfg.behavior)
-    behaviours = (_RoleBehavior(up, down, initial[0]), _RoleBehavior(up, down, initial[1]))
+    states = [_role_state(cfg.behavior, initial[0]), _role_state(cfg.behavior, initial[1])]
     scrape = ScrapeModel(interval_s=1.0, lag_s=0.0, window_s=cfg.window_s)
     cap = cfg.max_replicas_per_role
 
@@ -494,8 +467,19 @@ def simulate_disagg(
                 RoleState(dc.spec_replicas, _pending(dc, now, first_nodes[1])),
             )
             for role, (c, want) in enumerate(zip(pools, (dec.prefill, dec.decode), strict=True)):
-                out = behaviours[role].apply(min(want, cap), c.spec_replicas, len(c.ready), now)
-                c.scale_to(out, now)
+                # each role through `ours`' HPA behaviour on its own (`step_role`, as the
+                # controller does): stabilised, rate-limited, the cold-start guard
+                step = step_role(
+                    cfg.behavior,
+                    min(want, cap),
+                    c.spec_replicas,
+                    len(c.ready),
+                    states[role],
+                    now,
+                    floor=0,
+                )
+                states[role] = step.state
+                c.scale_to(step.desired, now)
                 max_rep[role] = max(max_rep[role], c.spec_replicas)
         if k % tl_every == 0:
             timeline_t.append(now)
